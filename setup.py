@@ -1,0 +1,44 @@
+"""zhlm: Chinese BERT-family pretraining and fine-tuning in JAX/Flax.
+
+Install for use:   pip install -e .
+Install for tests: pip install torch==2.13.0 && pip install -e '.[test]'
+(torch is the CPU build lying on disk; an unpinned torch pulls a CUDA build.)
+"""
+
+import setuptools
+
+setuptools.setup(
+    name="zhlm",
+    version="0.1.0",
+    description="Chinese BERT, RoBERTa-wwm, ERNIE, SpanBERT, ALBERT and MacBERT in JAX/Flax",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=setuptools.find_packages(include=["zhlm", "zhlm.*"]),
+    package_data={"zhlm": ["resources/*", "resources/**/*"]},
+    python_requires=">=3.10",
+    install_requires=[
+        "absl-py",
+        "array-record",
+        "flax>=0.10",
+        "jax>=0.5",
+        "jieba",
+        "ml-collections",
+        "numpy",
+        "optax",
+        "orbax-checkpoint",
+        "safetensors",
+        "sentencepiece",
+        "tensorflow-datasets",
+        "tokenizers",
+        "tqdm",
+    ],
+    extras_require={
+        # torch is deliberately absent: install the CPU build first (see README).
+        "test": ["pytest", "transformers"],
+    },
+    entry_points={
+        "console_scripts": [
+            "zhlm-convert=zhlm.cli.convert:run",
+        ],
+    },
+)

@@ -1,0 +1,124 @@
+"""The one place every configuration key is declared, with its default and meaning.
+
+Recipe files in ``configs/`` start from :func:`get_base_config` and change values only; a key
+that is not declared here cannot be set anywhere (configs are locked), so a typo on the command
+line fails instead of being ignored.
+"""
+
+import ml_collections
+
+
+def _model():
+    return ml_collections.ConfigDict(
+        dict(
+            size="base",  # key of zhlm.models.SIZES; the four dims below override it when > 0
+            num_layers=0,  # transformer layers L (0: from size)
+            hidden_size=0,  # hidden width H (0: from size)
+            num_heads=0,  # attention heads A (0: from size)
+            mlp_dim=0,  # feed-forward width (0: 4H)
+            embed_dim=0,  # ALBERT factorised embedding E with an E->H projection (0: none, width H)
+            vocab_size=21128,  # rows of the word embedding (the Google Chinese vocab has 21,128)
+            max_position_embeddings=512,  # rows of the absolute position table
+            type_vocab_size=2,  # segment (token type) ids
+            hidden_act="gelu",  # gelu (exact erf), gelu_new (tanh approximation) or relu
+            layer_norm_eps=1e-12,  # BERT/ALBERT/SpanBERT 1e-12, ERNIE 1.0 1e-5
+            dropout_rate=0.1,  # hidden dropout (ALBERT: 0)
+            attention_dropout_rate=0.1,  # dropout on attention probabilities (ALBERT: 0)
+            initializer_range=0.02,  # std of the truncated-normal initialiser
+            share_layers="none",  # cross-layer sharing: none, all, attention, ffn (ALBERT Table 4)
+            num_groups=1,  # ALBERT layer groups: layer i uses group i * num_groups // L
+            inner_group_num=1,  # ALBERT: distinct layers inside each group, applied in turn
+            sentence_head="nsp",  # nsp, sop (a 2-way head on the pooler either way) or none
+            span_boundary_head=False,  # SpanBERT span boundary objective (SBO) head
+            sbo_position_dim=200,  # SBO relative-position embedding width (SpanBERT: 200)
+            sbo_max_span=32,  # SBO relative-position rows: longest span in tokens
+            dtype="float32",  # compute dtype: float32 or bfloat16 (params stay param_dtype)
+            param_dtype="float32",  # master weights
+            remat="none",  # rematerialise each layer: none, full, or dots (save matmul outputs)
+        )
+    )
+
+
+def _masking():
+    return ml_collections.ConfigDict(
+        dict(
+            scheme="token",  # token, whole_word, ngram, knowledge, span or correction
+            replacement="partial_mask",  # mac, random, partial_mask (80/10/10) or all_mask
+            replacement_unit="token",  # replacement decision per token or per selection unit
+            mask_prob=0.15,  # share of real tokens selected (BERT's fixed count, not Bernoulli)
+            max_predictions_per_seq=20,  # P: static number of predicted positions per sequence
+            ngram_probs=(0.4, 0.3, 0.2, 0.1),  # P(n whole words), n = 1..len (MacBERT)
+            span_p=0.2,  # SpanBERT geometric span length parameter (in words)
+            span_max=10,  # SpanBERT longest span in words (geometric truncated, renormalised)
+            knowledge_probs=(1 / 3, 1 / 3, 1 / 3),  # ERNIE: P(basic, phrase, entity) per sequence
+            knowledge_priority=True,  # ERNIE: mask the level's phrases/entities before plain words
+            overflow="truncate",  # unit crossing the budget: truncate it (exact count) or skip it
+            mask_token_id=103,  # id of [MASK] (Google Chinese vocab: 103)
+            random_token_min=106,  # random tokens come from [this, vocab_size): no specials/unused
+        )
+    )
+
+
+def _data():
+    return ml_collections.ConfigDict(
+        dict(
+            format="segment_pair",  # segment_pair (+NSP), sop, full_sentences or doc_sentences
+            max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
+            short_seq_prob=0.1,  # chance of a shorter target length (BERT)
+            vocab="",  # WordPiece vocab.txt (empty: the Google Chinese vocab bundled in zhlm)
+            tokenizer="wordpiece",  # wordpiece (vocab.txt) or sentencepiece (vocab = a .model)
+            lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
+            layout="sentences",  # .txt: sentences (one a line, blank line ends a doc) or lines
+            jsonl_field="text",  # .jsonl: the field holding a document's text
+            traditional_to_simplified=False,  # convert traditional Chinese with OpenCC t2s
+            max_sentence_chars=256,  # longer sentences are cut (at a clause mark if possible)
+            fields=(),  # extra fields: phrase_ids, entity_ids (ERNIE), similar_ids (MacBERT)
+            lexicon_dir="",  # THUOCL lexicons for entity/phrase units (empty: bundled in zhlm)
+            cilin="",  # Cilin synonyms file for similar_ids (empty: bundled in zhlm)
+            mixture="",  # loader weights "name:w,..." of --input name=GLOB sources (empty: by size)
+            seed=0,  # seed of the prepare-time draws (NSP/SOP, short sequences, similar words)
+            shard_mb=4.0,  # plain text files are cut into shards of this many MB for parallelism
+        )
+    )
+
+
+def _train():
+    return ml_collections.ConfigDict(
+        dict(
+            seed=0,  # one seed for init, dropout and masking
+            batch_size=256,  # global sequences per step
+            num_steps=1000,  # optimizer updates
+        )
+    )
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+    """Every key with its default; recipe files override values, never add keys."""
+    config = ml_collections.ConfigDict()
+    config.recipe = "bert"  # the recipe's name, for logs and tables
+    config.model = _model()
+    config.masking = _masking()
+    config.data = _data()
+    config.train = _train()
+    return config
+
+
+def config_from_dict(values: dict) -> ml_collections.ConfigDict:
+    """A config saved with ``config.to_dict()`` or ``to_json()``, checked against the base.
+
+    Keys the base does not declare are an error (a checkpoint from another zhlm version says so
+    instead of silently losing a setting); JSON lists become tuples where the base has a tuple.
+    """
+    config = get_base_config()
+
+    def merge(node, new, prefix):
+        for key, value in new.items():
+            if key not in node:
+                raise KeyError(f"unknown config key {prefix}{key}")
+            if isinstance(value, dict):
+                merge(node[key], value, f"{prefix}{key}.")
+            else:
+                node[key] = tuple(value) if isinstance(node[key], tuple) else value
+
+    merge(config, values, "")
+    return config

@@ -1,0 +1,102 @@
+"""From ``config.model`` to a ``Model``: resolve the size table, check every option once.
+
+Checks that would otherwise surface as a shape error deep inside XLA (hidden not divisible by
+heads, unknown activation, impossible group counts) fail here with a message naming the key.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from zhlm.models.encoder import REMAT_POLICIES
+from zhlm.models.layers import ACTIVATIONS, ModelConfig
+from zhlm.models.model import Model
+from zhlm.models.sizes import SIZES
+
+SHARING = ("none", "all", "attention", "ffn")
+SENTENCE_HEADS = ("nsp", "sop", "none")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"config.model.{name}={value!r}; expected one of {', '.join(allowed)}")
+    return value
+
+
+def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
+    """Resolves ``config.model`` (size name plus explicit overrides) into a ``ModelConfig``."""
+    if model.size not in SIZES and not (model.num_layers and model.hidden_size and model.num_heads):
+        raise ValueError(
+            f"config.model.size={model.size!r} is not one of {', '.join(SIZES)}; a custom size "
+            "needs num_layers, hidden_size and num_heads"
+        )
+    dims = dict(SIZES.get(model.size, {}))
+    for key in ("num_layers", "hidden_size", "num_heads"):
+        if model[key]:
+            dims[key] = model[key]
+    if dims["hidden_size"] % dims["num_heads"]:
+        raise ValueError(
+            f"hidden size {dims['hidden_size']} is not divisible by {dims['num_heads']} heads"
+        )
+    share = _choice("share_layers", model.share_layers, SHARING)
+    if share == "none" and (model.num_groups != 1 or model.inner_group_num != 1):
+        raise ValueError("num_groups / inner_group_num > 1 need share_layers='all' (ALBERT)")
+    if not 1 <= model.num_groups <= dims["num_layers"] or model.inner_group_num < 1:
+        raise ValueError(
+            f"num_groups={model.num_groups} must be in [1, num_layers={dims['num_layers']}] "
+            f"and inner_group_num={model.inner_group_num} >= 1"
+        )
+    return ModelConfig(
+        **dims,
+        mlp_dim=model.mlp_dim or 4 * dims["hidden_size"],
+        embed_dim=model.embed_dim,
+        vocab_size=model.vocab_size,
+        max_position_embeddings=model.max_position_embeddings,
+        type_vocab_size=model.type_vocab_size,
+        hidden_act=_choice("hidden_act", model.hidden_act, tuple(ACTIVATIONS)),
+        layer_norm_eps=float(model.layer_norm_eps),
+        dropout_rate=float(model.dropout_rate),
+        attention_dropout_rate=float(model.attention_dropout_rate),
+        initializer_range=float(model.initializer_range),
+        share_layers=share,
+        num_groups=model.num_groups,
+        inner_group_num=model.inner_group_num,
+        sentence_head=_choice("sentence_head", model.sentence_head, SENTENCE_HEADS),
+        span_boundary_head=bool(model.span_boundary_head),
+        sbo_position_dim=model.sbo_position_dim,
+        sbo_max_span=model.sbo_max_span,
+        dtype=DTYPES[_choice("dtype", model.dtype, tuple(DTYPES))],
+        param_dtype=DTYPES[_choice("param_dtype", model.param_dtype, tuple(DTYPES))],
+        remat=_choice("remat", model.remat, tuple(REMAT_POLICIES)),
+    )
+
+
+def build_model(config: ml_collections.ConfigDict) -> Model:
+    """The model for a full zhlm config (``config.model`` is what it reads)."""
+    return Model(model_config(config.model))
+
+
+def abstract_variables(model: Model, seq_len: int = 8, batch: int = 1):
+    """Shapes (and logical-axis boxes) of the model's variables without allocating them."""
+    ids = jnp.zeros((batch, seq_len), jnp.int32)
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids))
+
+
+def count_params(model: Model) -> dict:
+    """Parameter counts by top-level component (embeddings, encoder, pooler, mlm, sentence,
+    sbo), from shapes only: a 235M-parameter model costs no memory to count."""
+    params = nn.unbox(abstract_variables(model))["params"]
+    return {
+        name: sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))
+        for name, tree in params.items()
+    }
+
+
+def init_variables(model: Model, rng, seq_len: int = 8):
+    """Concrete fresh variables, unboxed (unsharded; the train loop uses sharded init)."""
+    ids = jnp.zeros((1, seq_len), jnp.int32)
+    return nn.unbox(jax.jit(model.init)(rng, ids, ids, ids))
