@@ -20,10 +20,12 @@ setuptools.setup(
         "absl-py",
         "array-record",
         "flax>=0.10",
+        "importlib_resources",  # TFDS imports it for builders that live inside a package
         "jax>=0.5",
         "jieba",
         "ml-collections",
         "numpy",
+        "opencc-python-reimplemented",
         "optax",
         "orbax-checkpoint",
         "safetensors",
@@ -35,10 +37,14 @@ setuptools.setup(
     extras_require={
         # torch is deliberately absent: install the CPU build first (see README).
         "test": ["pytest", "transformers"],
+        # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare --beam_runner).
+        "beam": ["apache-beam"],
     },
     entry_points={
         "console_scripts": [
             "zhlm-convert=zhlm.cli.convert:run",
+            "zhlm-cmrc-eval=zhlm.cli.cmrc_eval:run",
+            "zhlm-prepare=zhlm.cli.prepare:run",
         ],
     },
 )

@@ -24,4 +24,7 @@ def get_config(arg="base"):
     config.masking.replacement = "partial_mask"
     config.masking.ngram_probs = (6 / 11, 3 / 11, 2 / 11)  # 1/n, normalised
     config.data.format = "sop"
+    config.optim.name = "lamb"  # ALBERT lamb_optimizer.py
+    config.optim.peak_lr = 0.00176
+    config.optim.trust_ratio_exclude = ("bias", "layer_norm")
     return config

@@ -16,4 +16,5 @@ def get_config(arg="base"):
     config.masking.scheme = "token"
     config.masking.replacement = "partial_mask"
     config.data.format = "segment_pair"
+    config.optim.name = "adamw"  # BERT AdamWeightDecayOptimizer
     return config

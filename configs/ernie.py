@@ -20,4 +20,5 @@ def get_config(arg="base"):
     config.masking.replacement = "partial_mask"
     config.data.format = "segment_pair"
     config.data.fields = ("phrase_ids", "entity_ids")
+    config.optim.name = "adamw"
     return config

@@ -19,4 +19,5 @@ def get_config(arg="base"):
     config.masking.replacement = "mac"
     config.data.format = "sop"
     config.data.fields = ("similar_ids",)
+    config.optim.name = "lamb"  # MacBERT: LAMB, as BERT-wwm
     return config

@@ -18,4 +18,5 @@ def get_config(arg="base"):
     config.masking.scheme = "whole_word"
     config.masking.replacement = "partial_mask"
     config.data.format = "full_sentences"
+    config.optim.name = "lamb"  # Chinese-BERT-wwm: LAMB, trust ratio on all parameters
     return config

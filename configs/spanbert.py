@@ -19,4 +19,6 @@ def get_config(arg="base"):
     config.masking.scheme = "span"
     config.masking.replacement = "partial_mask"
     config.data.format = "doc_sentences"
+    config.optim.name = "adamw"
+    config.optim.bias_correction = True  # fairseq Adam
     return config

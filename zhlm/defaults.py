@@ -88,6 +88,41 @@ def _train():
             seed=0,  # one seed for init, dropout and masking
             batch_size=256,  # global sequences per step
             num_steps=1000,  # optimizer updates
+            micro_batches=1,  # gradient accumulation: the step scans over this many slices
+            mesh=(("data", -1), ("fsdp", 1), ("tensor", 1)),  # device mesh axes (-1: the rest)
+            # Logical parameter/activation axis -> mesh axes (zhlm/models/layers.py names).
+            logical_rules=(
+                ("batch", ("data", "fsdp")),
+                ("vocab", "tensor"),
+                ("embed", "fsdp"),
+                ("mlp", "tensor"),
+                ("heads", "tensor"),
+                ("kv", None),
+                ("layers", None),
+                ("length", None),
+                ("factor", None),
+                ("norm", None),
+            ),
+        )
+    )
+
+
+def _optim():
+    return ml_collections.ConfigDict(
+        dict(
+            name="adamw",  # adamw or lamb (variants: the table in zhlm/train/optim.py)
+            peak_lr=1e-4,  # learning rate at the end of warmup
+            warmup_steps=100,  # linear warmup from 0
+            schedule="bert",  # bert (1 - t/T from step 0), linear (to 0 after warmup), polynomial
+            power=1.0,  # exponent of the polynomial schedule
+            b1=0.9,  # first-moment decay
+            b2=0.999,  # second-moment decay
+            eps=1e-6,  # added to sqrt(v) (BERT: 1e-6)
+            bias_correction=False,  # Adam bias correction (BERT and ALBERT ran without)
+            weight_decay=0.01,  # decoupled weight decay
+            decay_exclude=("bias", "layer_norm"),  # parameters without weight decay
+            trust_ratio_exclude=(),  # LAMB: parameters without the trust ratio (ALBERT: as above)
+            clip_norm=1.0,  # global gradient-norm clipping (0: off)
         )
     )
 
@@ -100,6 +135,7 @@ def get_base_config() -> ml_collections.ConfigDict:
     config.masking = _masking()
     config.data = _data()
     config.train = _train()
+    config.optim = _optim()
     return config
 
 

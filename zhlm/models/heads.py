@@ -8,7 +8,14 @@ applied only at the gathered prediction positions, so the [B,S,V] logits never e
 import flax.linen as nn
 import jax.numpy as jnp
 
-from zhlm.models.layers import ACTIVATIONS, LayerNorm, ModelConfig, dense
+from zhlm.models.layers import (
+    ACTIVATION_AXES,
+    ACTIVATIONS,
+    LOGIT_AXES,
+    LayerNorm,
+    ModelConfig,
+    dense,
+)
 
 
 def gather(x, positions):
@@ -55,9 +62,11 @@ class MLMHead(nn.Module):
         cfg = self.config
         width = cfg.embed_dim or cfg.hidden_size
         axes = ("embed", "factor") if cfg.embed_dim else ("embed", "mlp")
+        x = nn.with_logical_constraint(x, ACTIVATION_AXES)
         x = ACTIVATIONS[cfg.hidden_act](dense(cfg, width, axes, "transform")(x))
-        x = LayerNorm(cfg, width, name="layer_norm")(x)
-        return OutputBias(cfg, name="decoder")(attend(x))
+        x = nn.with_logical_constraint(LayerNorm(cfg, width, name="layer_norm")(x), ACTIVATION_AXES)
+        logits = nn.with_logical_constraint(attend(x), LOGIT_AXES)
+        return OutputBias(cfg, name="decoder")(logits)
 
 
 class SpanBoundaryHead(nn.Module):
@@ -83,7 +92,10 @@ class SpanBoundaryHead(nn.Module):
         x = jnp.concatenate(
             [gather(sequence_output, span_left), gather(sequence_output, span_right), offsets], -1
         )
+        x = nn.with_logical_constraint(x, ACTIVATION_AXES)
         for i in range(2):
             x = dense(cfg, cfg.hidden_size, ("mlp", "embed"), f"dense_{i}")(x)
             x = LayerNorm(cfg, cfg.hidden_size, name=f"layer_norm_{i}")(ACTIVATIONS["gelu"](x))
-        return OutputBias(cfg, name="decoder")(attend(x))
+            x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+        logits = nn.with_logical_constraint(attend(x), LOGIT_AXES)
+        return OutputBias(cfg, name="decoder")(logits)

@@ -1,0 +1,144 @@
+"""The four input formats, with every field the recipes' masking reads, on real text.
+
+Why invariants over examples: masking relies on the conventions (ids -1 exactly at specials and
+padding, units contiguous and unique within a sequence, labels per BERT's convention), so those
+are checked on every sequence the real corpora produce, for every recipe config.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.helpers import load_config
+from zhlm.data import pipeline, text
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+CLUE = os.path.join(DATA, "corpus", "clue_small_docs.txt")
+CLS, SEP, PAD = 101, 102, 0
+
+
+@pytest.fixture(scope="module")
+def clue_sample(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "clue.txt"
+    with open(CLUE, encoding="utf-8") as f:
+        docs = f.read().split("\n\n")[:60]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _build(recipe, path, **data):
+    config = load_config(recipe, "tiny")
+    for k, v in data.items():
+        setattr(config.data, k, v)
+    batch, report = pipeline.process_shard(text.Shard("train", path), config.data)
+    return config, batch, report
+
+
+def _check_units(ids, real):
+    """-1 off ``real``; each unit's tokens contiguous; ids 0..n-1 in order of appearance."""
+    for row, mask in zip(ids, real, strict=True):
+        assert (row[~mask] == -1).all()
+        units = row[row >= 0]
+        if not len(units):
+            continue
+        starts = units[np.r_[True, units[1:] != units[:-1]]]
+        assert len(set(starts.tolist())) == len(starts), "a unit is split"
+        assert starts.tolist() == sorted(starts.tolist())
+        assert starts[0] == 0 and starts[-1] == len(starts) - 1
+
+
+def _check_common(config, batch):
+    s = config.data.max_seq_length
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids.dtype == np.int32 and ids.shape[1] == s and len(ids) > 20
+    for name in ("token_type_ids", "attention_mask", "word_ids"):
+        assert batch[name].shape == ids.shape and batch[name].dtype == np.int32
+    n_real = mask.sum(1)
+    assert (mask == (np.arange(s) < n_real[:, None])).all()  # real tokens then padding
+    assert (ids[:, 0] == CLS).all()
+    assert (ids[np.arange(len(ids)), n_real - 1] == SEP).all()
+    assert (ids[mask == 0] == PAD).all()
+    real = (mask == 1) & (ids != CLS) & (ids != SEP)
+    _check_units(batch["word_ids"], real)
+    return real
+
+
+def test_segment_pair_nsp(clue_sample):
+    config, batch, report = _build("bert", clue_sample)
+    _check_common(config, batch)
+    seps = (batch["input_ids"] == SEP).sum(1)
+    assert (seps == 2).all()
+    tt = batch["token_type_ids"]
+    first_sep = (batch["input_ids"] == SEP).argmax(1)
+    for row, f, n in zip(tt, first_sep, batch["attention_mask"].sum(1), strict=True):
+        assert (row[: f + 1] == 0).all() and (row[f + 1 : n] == 1).all() and (row[n:] == 0).all()
+    labels = batch["sentence_label"]
+    # 50% random plus BERT's forced random B for one-sentence chunks
+    assert 0.4 < labels.mean() < 0.75
+    assert report.counts["instances"] == len(labels)
+
+
+def test_sop_and_similar_ids(clue_sample):
+    config, batch, _ = _build("macbert", clue_sample)
+    real = _check_common(config, batch)
+    assert 0.35 < batch["sentence_label"].mean() < 0.65
+    assert ((batch["input_ids"] == SEP).sum(1) == 2).all()
+    sim = batch["similar_ids"]
+    assert (sim[~real] == -1).all() and (sim[real] >= 0).all()
+    assert (sim[real] != batch["input_ids"][real]).mean() > 0.8  # replacements, not copies
+
+
+def test_sop_swaps_in_order_segments():
+    # token ids rising through the document: in-order pairs have max(A) < min(B)
+    import random
+
+    from zhlm.data import annotate, instances
+
+    starts = np.arange(0, 400, 8, dtype=np.int32)
+    doc = annotate.Document(
+        {
+            "input_ids": np.arange(1000, 1400, dtype=np.int32),
+            "word_ids": np.arange(400, dtype=np.int32),
+        },
+        np.append(starts, 400),
+    )
+    writer = instances.Writer(64, (), CLS, SEP, PAD)
+    rows = list(instances.pair_instances([doc], 0, writer, "sop", 0.0, random.Random(0), None))
+    assert len(rows) >= 6  # 400 tokens, 61 per pair
+    for row in rows:
+        ids = row["input_ids"]
+        seps = np.flatnonzero(ids == SEP)
+        a, b = ids[1 : seps[0]], ids[seps[0] + 1 : seps[1]]
+        assert row["sentence_label"] == (0 if a.max() < b.min() else 1)
+        assert (b.max() < a.min()) == (row["sentence_label"] == 1)
+
+
+def test_full_sentences_pack_across_documents(clue_sample):
+    config, batch, _ = _build("roberta_wwm", clue_sample, short_seq_prob=0.0)
+    _check_common(config, batch)
+    assert (batch["token_type_ids"] == 0).all()
+    assert ((batch["input_ids"] == SEP).sum(1) >= 2).any()  # a document boundary inside
+    assert batch["attention_mask"].mean() > 0.75
+    assert "sentence_label" not in batch
+
+
+def test_doc_sentences_never_cross_documents(clue_sample):
+    config, batch, report = _build("spanbert", clue_sample)
+    _check_common(config, batch)
+    assert ((batch["input_ids"] == SEP).sum(1) == 1).all()
+    # every token of the corpus lands in exactly one sequence
+    assert batch["attention_mask"].sum() - 2 * len(batch["input_ids"]) == report.counts["tokens"]
+
+
+@pytest.mark.slow
+def test_ernie_phrase_and_entity_ids():
+    from zhlm.data import annotate
+
+    config, batch, _ = _build("ernie", annotate.resource("peoples_daily_199801_sample.txt"))
+    real = _check_common(config, batch)
+    for name in ("phrase_ids", "entity_ids"):
+        _check_units(batch[name], real)
+        assert (batch[name] >= 0).mean() > 0.03
+    both = (batch["phrase_ids"] >= 0) & (batch["entity_ids"] >= 0)
+    assert not both.any()  # entities are never inside phrases

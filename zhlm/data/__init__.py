@@ -1,0 +1,9 @@
+"""Raw Chinese text to the training batches every recipe reads (issue 3), one concern a module.
+
+text (read, clean, split; the Report of every repair) → tokenizer (WordPiece / sentencepiece
+with offsets) → words (jieba word ids) · units (ERNIE entities and phrases) · synonyms (MacBERT
+similar words) → annotate (per-document arrays) → instances (the four input formats) →
+pipeline (one shard, many processes) → builder (TFDS ArrayRecord, Beam) → loader (mixture
+sampler, sharded by process, resumable). Submodules are imported on use: jieba, TFDS and the
+tokenizers load only where needed.
+"""

@@ -1,0 +1,155 @@
+"""Batches from a prepared dataset: ``tfds.data_source`` plus a deterministic mixture sampler.
+
+Why our own sampler (not grain's ``IndexSampler``): the recipes mix sources with weights
+(ERNIE 1.0: encyclopedia, news, forum), and the position in that mixture must be saved with the
+checkpoint and restored exactly. The sampler's whole state is two numbers per source (how many
+examples each source has served) plus the step, so it is small, exact and JSON.
+
+Order: global batch ``step`` draws its rows' sources from ``default_rng([seed, step])`` with the
+mixture weights; the n-th example a source serves is item ``n % size`` of that source's
+permutation for epoch ``n // size`` (``default_rng([seed, source, epoch])``). Every process
+computes the same global plan and reads only its rows ``[p * B/P, (p + 1) * B/P)``, so the
+global batch is identical for any process count, and each process touches only its own records.
+"""
+
+import os
+
+import numpy as np
+
+
+def dataset_dir(data_dir: str, config) -> str:
+    """Where ``zhlm-prepare`` wrote the dataset for this config."""
+    from zhlm.data.builder import builder_config_name
+
+    name = builder_config_name(config.data, config.recipe)
+    return os.path.join(data_dir, "zhlm_pretrain", name, "1.0.0")
+
+
+def parse_mixture(mixture: str, sizes: dict) -> dict:
+    """``"name:w,name:w"`` to normalised weights; empty means proportional to source size."""
+    if not mixture:
+        weights = {k: float(v) for k, v in sizes.items()}
+    else:
+        weights = {}
+        for item in mixture.split(","):
+            name, sep, w = item.partition(":")
+            name = name.strip()
+            if not sep or name not in sizes:
+                raise ValueError(
+                    f"data.mixture item {item!r}: want name:weight, names {sorted(sizes)}"
+                )
+            weights[name] = float(w)
+    total = sum(weights.values())
+    if total <= 0 or any(w < 0 for w in weights.values()):
+        raise ValueError(f"data.mixture {mixture!r}: weights must be >= 0 with a positive sum")
+    for name, w in weights.items():
+        if w > 0 and sizes[name] == 0:
+            raise ValueError(f"data.mixture: source {name!r} has no examples")
+    return {k: w / total for k, w in sorted(weights.items())}
+
+
+class MixtureSampler:
+    """Global (source, index) plan per step; see the module docstring."""
+
+    def __init__(self, sizes: dict, weights: dict, global_batch: int, seed: int):
+        self.sizes, self.seed, self.global_batch = sizes, seed, global_batch
+        self.names = sorted(weights)
+        self.p = np.array([weights[n] for n in self.names])
+        self.step = 0
+        self.served = dict.fromkeys(self.names, 0)
+        self._perm_cache = {}
+
+    def state(self) -> dict:
+        return {"step": self.step, "served": dict(self.served)}
+
+    def restore(self, state: dict):
+        self.step = int(state["step"])
+        self.served = {n: int(state["served"][n]) for n in self.names}
+
+    def epoch(self, name: str) -> int:
+        return self.served[name] // self.sizes[name]
+
+    def _perm(self, name, epoch):
+        key = (name, epoch)
+        if key not in self._perm_cache:
+            source = self.names.index(name)
+            rng = np.random.default_rng([self.seed, source, epoch])
+            self._perm_cache = {key: rng.permutation(self.sizes[name])}  # keep one per source
+        return self._perm_cache[key]
+
+    def next_plan(self) -> list[tuple[str, int]]:
+        """The next global batch as ``(source, record index)`` rows; advances the state."""
+        rng = np.random.default_rng([self.seed, self.step])
+        choice = rng.choice(len(self.names), size=self.global_batch, p=self.p)
+        plan = []
+        for c in choice:
+            name = self.names[c]
+            n = self.served[name]
+            plan.append((name, int(self._perm(name, n // self.sizes[name])[n % self.sizes[name]])))
+            self.served[name] = n + 1
+        self.step += 1
+        return plan
+
+
+class Loader:
+    """Iterator of this process's share of each global batch (dict of int32 numpy arrays).
+
+    ``get_state()``/``set_state()`` save and restore the position exactly (store it beside the
+    train state). ``process_index``/``process_count`` default to JAX's.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        mixture: str,
+        global_batch: int,
+        seed: int = 0,
+        process_index=None,
+        process_count=None,
+    ):
+        import tensorflow_datasets as tfds
+
+        if process_index is None or process_count is None:
+            import jax
+
+            process_index, process_count = jax.process_index(), jax.process_count()
+        if global_batch % process_count:
+            raise ValueError(
+                f"batch size {global_batch} not divisible by {process_count} processes"
+            )
+        builder = tfds.builder_from_directory(path)
+        self.sources = {name: builder.as_data_source(split=name) for name in builder.info.splits}
+        self.sizes = {name: len(ds) for name, ds in self.sources.items()}
+        self.sampler = MixtureSampler(
+            self.sizes, parse_mixture(mixture, self.sizes), global_batch, seed
+        )
+        local = global_batch // process_count
+        self.rows = slice(process_index * local, (process_index + 1) * local)
+        self.info = builder.info
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        plan = self.sampler.next_plan()[self.rows]
+        examples = [self.sources[name][i] for name, i in plan]
+        return {k: np.stack([e[k] for e in examples]).astype(np.int32) for k in examples[0]}
+
+    def get_state(self) -> dict:
+        return self.sampler.state()
+
+    def set_state(self, state: dict):
+        self.sampler.restore(state)
+
+
+def from_config(data_dir: str, config, process_index=None, process_count=None) -> Loader:
+    """The loader ``train_and_evaluate`` uses: dataset of the recipe, mixture and batch size
+    from the config."""
+    return Loader(
+        dataset_dir(data_dir, config),
+        config.data.mixture,
+        config.train.batch_size,
+        config.train.seed,
+        process_index,
+        process_count,
+    )

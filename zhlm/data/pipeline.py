@@ -1,0 +1,153 @@
+"""One shard of raw text to its training instances, and many shards in parallel processes.
+
+Why a pure shard function: the multi-process path (:func:`run_local`) and the Beam path
+(:mod:`zhlm.data.builder`) both call :func:`process_shard`, whose output depends only on the
+shard and the config (its random draws are seeded by the shard's path and offset, never by the
+process), so the two paths write identical datasets.
+"""
+
+import collections
+import concurrent.futures
+import hashlib
+import multiprocessing
+import os
+import random
+
+import numpy as np
+
+from zhlm.data import annotate, instances, text
+
+_ANNOTATORS = {}  # one per process and config (tokenizer, jieba and lexicons load once)
+
+
+def _annotator(data_config):
+    key = data_config.to_json()
+    if key not in _ANNOTATORS:
+        _ANNOTATORS[key] = annotate.Annotator(data_config)
+    return _ANNOTATORS[key]
+
+
+def _converter(data_config):
+    if not data_config.traditional_to_simplified:
+        return None
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+def shard_seed(seed: int, shard: text.Shard) -> int:
+    digest = hashlib.sha256(f"{seed}|{shard.path}|{shard.start}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def shard_key(shard: text.Shard, i: int) -> str:
+    return f"{shard.source}|{shard.path}|{shard.start}|{i}"
+
+
+def process_shard(shard: text.Shard, data_config):
+    """``(examples, report)``: the shard's instances as a dict of stacked int32 arrays
+    (``[N, S]``, ``sentence_label`` ``[N]``) and what happened to its text."""
+    report = text.Report()
+    ann = _annotator(data_config)
+    seed = shard_seed(data_config.seed, shard)
+    py_rng, np_rng = random.Random(seed), np.random.default_rng(seed)
+    converter = _converter(data_config)
+    docs = []
+    for lines in text.read_documents(shard, data_config.layout, data_config.jsonl_field, report):
+        sentences = text.document_sentences(
+            lines, report, data_config.max_sentence_chars, converter
+        )
+        if sentences is None:
+            continue
+        doc = ann.document(sentences, np_rng, report)
+        if doc is not None:
+            docs.append(doc)
+            report.count("documents")
+    tok = ann.tokenizer
+    writer = instances.Writer(
+        data_config.max_seq_length,
+        ann.fields,
+        tok.token_to_id("[CLS]"),
+        tok.token_to_id("[SEP]"),
+        tok.token_to_id("[PAD]"),
+    )
+    rows = list(
+        instances.shard_instances(
+            docs, writer, data_config.format, data_config.short_seq_prob, py_rng, report
+        )
+    )
+    report.count("instances", len(rows))
+    report.count("bytes", _shard_bytes(shard))
+    report.per_source[shard.source] = collections.Counter(report.counts)
+    return _stack(rows, data_config.format, ann.fields, data_config.max_seq_length), report
+
+
+def _shard_bytes(shard):
+    size = os.path.getsize(shard.path)
+    return (min(shard.end, size) - shard.start) if shard.end >= 0 else size
+
+
+def example_fields(data_config) -> tuple[str, ...]:
+    names = instances.output_fields(annotate.check_fields(data_config.fields))
+    return names + (("sentence_label",) if data_config.format in ("segment_pair", "sop") else ())
+
+
+def _stack(rows, fmt, fields, length):
+    names = instances.output_fields(fields)
+    if not rows:
+        out = {n: np.zeros((0, length), np.int32) for n in names}
+    else:
+        out = {n: np.stack([r[n] for r in rows]) for n in names}
+    if fmt in ("segment_pair", "sop"):
+        out["sentence_label"] = np.array([r["sentence_label"] for r in rows], np.int32)
+    return out
+
+
+def examples(shard, batch):
+    """``(key, example)`` pairs of a processed shard, keyed by shard and position."""
+    n = len(next(iter(batch.values())))
+    for i in range(n):
+        yield shard_key(shard, i), {name: values[i] for name, values in batch.items()}
+
+
+def _work(args):
+    shard, data_config = args
+    return shard, *process_shard(shard, data_config)
+
+
+def _one_thread_tokenizer():
+    # The processes already use the cores; the Rust tokenizer's own thread pool would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def run_local(shards, data_config, num_processes: int, report: text.Report, progress=True):
+    """Process shards in ``num_processes`` processes (1: in this one); yields
+    ``(shard, batch)`` as they finish and merges each shard's report into ``report``."""
+    from tqdm import tqdm
+
+    total = sum(_shard_bytes(s) for s in shards)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="zhlm-prepare", disable=not progress)
+    jobs = [(s, data_config) for s in shards]
+    pool = None
+    if num_processes <= 1:
+        results = map(_work, jobs)
+    else:
+        # spawn, not fork: the parent may hold JAX/Rust thread pools that fork would break. An
+        # executor (not multiprocessing.Pool) so a worker that dies fails the run, not hangs it.
+        pool = concurrent.futures.ProcessPoolExecutor(
+            num_processes,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_one_thread_tokenizer,
+        )
+        futures = [pool.submit(_work, job) for job in jobs]
+        results = (f.result() for f in concurrent.futures.as_completed(futures))
+    try:
+        for shard, batch, shard_report in results:
+            report += shard_report
+            bar.update(_shard_bytes(shard))
+            bar.set_postfix(instances=report.counts["instances"])
+            yield shard, batch
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)

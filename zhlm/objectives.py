@@ -1,0 +1,90 @@
+"""Pretraining losses and metrics: MLM at the gathered positions, NSP/SOP, SpanBERT's SBO.
+
+Why one function (``pretraining_loss``) reading which heads the model produced: the train step
+stays a single branch-free function for all six recipes; a recipe without NSP simply has no
+``sentence_logits`` (a static pytree difference, resolved at trace time).
+
+Losses are means over real targets (MLM and SBO: sum of weighted NLL / sum of weights, so padded
+prediction slots count for nothing and every real target weighs the same however many a sequence
+has). Metrics are SUMS and COUNTS, so the train loop can add them over steps and devices and
+divide only when it logs (``summarize``). Softmax is computed in float32 whatever the compute
+dtype, because bf16 log-probabilities over 21k classes lose the small ones.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def _nll_and_correct(logits, labels):
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    correct = jnp.argmax(logits, axis=-1) == labels
+    return nll, correct.astype(jnp.float32)
+
+
+def token_loss(logits, labels, weights, name):
+    """Weighted token classification ([..., V] logits at [...] labels): (mean loss, metrics)."""
+    nll, correct = _nll_and_correct(logits, labels)
+    weights = weights.astype(jnp.float32)
+    count = jnp.sum(weights)
+    loss_sum = jnp.sum(nll * weights)
+    metrics = {
+        f"{name}_loss_sum": loss_sum,
+        f"{name}_correct": jnp.sum(correct * weights),
+        f"{name}_count": count,
+    }
+    return loss_sum / jnp.maximum(count, 1.0), metrics
+
+
+def mlm_loss(outputs, batch):
+    """Masked LM over ``masked_positions``: logits [B,P,V] vs ``masked_ids`` [B,P]."""
+    return token_loss(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], "mlm")
+
+
+def sbo_loss(outputs, batch):
+    """SpanBERT span boundary objective: same targets and weights as MLM, from the SBO head."""
+    return token_loss(outputs["sbo_logits"], batch["masked_ids"], batch["masked_weights"], "sbo")
+
+
+def sentence_loss(outputs, batch):
+    """NSP or SOP: 2-way logits [B,2] vs ``sentence_label`` [B]."""
+    labels = batch["sentence_label"]
+    return token_loss(outputs["sentence_logits"], labels, jnp.ones(labels.shape), "sentence")
+
+
+def pretraining_loss(outputs, batch):
+    """Total loss (unweighted sum of the objectives the model has heads for) and metrics.
+
+    ``outputs`` is the model's dict (``mlm_logits`` always; ``sentence_logits``, ``sbo_logits``
+    when the recipe has them); ``batch`` is ``zhlm.masking.mask_batch``'s output, plus
+    ``sentence_label`` when there is a sentence head. SpanBERT adds MLM and SBO unweighted, BERT
+    adds MLM and NSP, as in the papers.
+    """
+    objectives = [mlm_loss]
+    if "sentence_logits" in outputs:
+        objectives.append(sentence_loss)
+    if "sbo_logits" in outputs:
+        objectives.append(sbo_loss)
+    total, metrics = 0.0, {}
+    for objective in objectives:
+        loss, m = objective(outputs, batch)
+        total += loss
+        metrics.update(m)
+    # One value per step, so the loop's sum over steps / count is the mean step loss.
+    metrics["total_loss_sum"] = total
+    metrics["total_count"] = jnp.ones(())
+    return total, metrics
+
+
+def summarize(metrics):
+    """Sums and counts (possibly added over steps) -> means: ``<name>_loss`` and
+    ``<name>_accuracy`` for mlm, sentence, sbo, and ``loss`` (the mean total loss)."""
+    out = {}
+    for key, count in metrics.items():
+        if key.endswith("_count"):
+            name, count = key[: -len("_count")], max(float(count), 1.0)
+            out[f"{name}_loss"] = float(metrics[f"{name}_loss_sum"]) / count
+            if f"{name}_correct" in metrics:
+                out[f"{name}_accuracy"] = float(metrics[f"{name}_correct"]) / count
+    out["loss"] = out.pop("total_loss")
+    return out
