@@ -94,7 +94,8 @@ from test_train_step import tiny_config, losses
 from zhlm.train import sharding
 assert len(jax.devices()) == 8
 out = {{}}
-base, base_state = losses(tiny_config("{recipe}"), 3, mesh=sharding.create_mesh(tiny_config(), jax.devices()[:1]))
+one_device = sharding.create_mesh(tiny_config(), jax.devices()[:1])
+base, base_state = losses(tiny_config("{recipe}"), 3, mesh=one_device)
 flat = lambda s: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s["params"])])
 for shape in [(8, 1, 1), (2, 2, 2), (1, 4, 2)]:
     config = tiny_config("{recipe}")
