@@ -67,20 +67,29 @@ def _lexicon_match(words, i, lexicon, min_words):
 
 def entity_units(words, tags, lexicon=frozenset()) -> np.ndarray:
     """Per-word entity id (>= 0, consecutive) or -1."""
-    out = np.full(len(words), -1, np.int32)
-    unit, i = 0, 0
-    while i < len(words):
+
+    def length(i):
         n = _lexicon_match(words, i, lexicon, 2) if lexicon else 0
         if not n and tags[i].startswith(ENTITY_PREFIXES):
             n = 1
             while tags[i].startswith("nr") and i + n < len(words) and tags[i + n] == tags[i]:
                 n += 1  # surname + given name
+        return n
+
+    return _number_runs(len(words), length)
+
+
+def _number_runs(size, length):
+    """Per-word unit id: scanning left to right, ``length(i)`` words from ``i`` form the next
+    unit (ids 0, 1, ...); where it is 0 the word gets -1 and the scan moves on."""
+    out = np.full(size, -1, np.int32)
+    unit, i = 0, 0
+    while i < size:
+        n = length(i)
         if n:
             out[i : i + n] = unit
             unit += 1
-            i += n
-        else:
-            i += 1
+        i += max(n, 1)
     return out
 
 
@@ -102,20 +111,14 @@ def _chunk_length(tags, i, free):
 def phrase_units(words, tags, entity=None, lexicon=frozenset()) -> np.ndarray:
     """Per-word phrase id (>= 0, consecutive) or -1; words inside entities are never phrases."""
     free = np.ones(len(words), bool) if entity is None else entity < 0
-    out = np.full(len(words), -1, np.int32)
-    unit, i = 0, 0
-    while i < len(words):
-        n = 0
-        if free[i]:
-            n = _lexicon_match(words, i, lexicon, 2) if lexicon else 0
-            n = n if n and free[i : i + n].all() else _chunk_length(tags, i, free)
-        if n:
-            out[i : i + n] = unit
-            unit += 1
-            i += n
-        else:
-            i += 1
-    return out
+
+    def length(i):
+        if not free[i]:
+            return 0
+        n = _lexicon_match(words, i, lexicon, 2) if lexicon else 0
+        return n if n and free[i : i + n].all() else _chunk_length(tags, i, free)
+
+    return _number_runs(len(words), length)
 
 
 def to_tokens(word_units: np.ndarray, token_word: np.ndarray) -> np.ndarray:
