@@ -30,6 +30,7 @@ setuptools.setup(
         "orbax-checkpoint",
         "safetensors",
         "sentencepiece",
+        "tensorboardX",  # TensorBoard event files without TensorFlow
         "tensorflow-datasets",
         "tokenizers",
         "tqdm",
@@ -45,6 +46,7 @@ setuptools.setup(
             "zhlm-convert=zhlm.cli.convert:run",
             "zhlm-cmrc-eval=zhlm.cli.cmrc_eval:run",
             "zhlm-prepare=zhlm.cli.prepare:run",
+            "zhlm-pretrain=zhlm.cli.pretrain:run",
         ],
     },
 )

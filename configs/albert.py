@@ -27,4 +27,4 @@ def get_config(arg="base"):
     config.optim.name = "lamb"  # ALBERT lamb_optimizer.py
     config.optim.peak_lr = 0.00176
     config.optim.trust_ratio_exclude = ("bias", "layer_norm")
-    return config
+    return defaults.local_scale(config)

@@ -17,4 +17,4 @@ def get_config(arg="base"):
     config.masking.replacement = "partial_mask"
     config.data.format = "segment_pair"
     config.optim.name = "adamw"  # BERT AdamWeightDecayOptimizer
-    return config
+    return defaults.local_scale(config)

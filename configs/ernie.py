@@ -21,4 +21,4 @@ def get_config(arg="base"):
     config.data.format = "segment_pair"
     config.data.fields = ("phrase_ids", "entity_ids")
     config.optim.name = "adamw"
-    return config
+    return defaults.local_scale(config)

@@ -20,4 +20,4 @@ def get_config(arg="base"):
     config.data.format = "sop"
     config.data.fields = ("similar_ids",)
     config.optim.name = "lamb"  # MacBERT: LAMB, as BERT-wwm
-    return config
+    return defaults.local_scale(config)

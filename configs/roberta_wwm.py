@@ -19,4 +19,4 @@ def get_config(arg="base"):
     config.masking.replacement = "partial_mask"
     config.data.format = "full_sentences"
     config.optim.name = "lamb"  # Chinese-BERT-wwm: LAMB, trust ratio on all parameters
-    return config
+    return defaults.local_scale(config)

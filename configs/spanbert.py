@@ -21,4 +21,4 @@ def get_config(arg="base"):
     config.data.format = "doc_sentences"
     config.optim.name = "adamw"
     config.optim.bias_correction = True  # fairseq Adam
-    return config
+    return defaults.local_scale(config)

@@ -78,6 +78,12 @@ def _data():
             mixture="",  # loader weights "name:w,..." of --input name=GLOB sources (empty: by size)
             seed=0,  # seed of the prepare-time draws (NSP/SOP, short sequences, similar words)
             shard_mb=4.0,  # plain text files are cut into shards of this many MB for parallelism
+            # Where zhlm-pretrain finds the prepared dataset (zhlm-prepare's --data_dir). Empty:
+            # a cache (ZHLM_CACHE or ~/.cache/zhlm) keyed by the data config and the inputs.
+            data_dir="",
+            # Inputs (globs, name=GLOB for named sources) prepared on the fly when data_dir
+            # holds no dataset yet. Empty: the People's Daily sample bundled in zhlm.
+            input=(),
         )
     )
 
@@ -89,6 +95,21 @@ def _train():
             batch_size=256,  # global sequences per step
             num_steps=1000,  # optimizer updates
             micro_batches=1,  # gradient accumulation: the step scans over this many slices
+            log_every=50,  # steps between metric lines (metrics.jsonl, TensorBoard, the bar)
+            eval_every=500,  # steps between evaluations on the held-out sequences (0: never)
+            eval_examples=256,  # sequences held out of training from every data source
+            checkpoint_every=500,  # steps between (asynchronous) checkpoints
+            keep_checkpoints=3,  # checkpoints kept in the workdir
+            # Parameters to start from when the workdir has no checkpoint: a zhlm checkpoint
+            # (zhlm-convert's output) or a Hugging Face folder, read through the converter.
+            init_from="",
+            peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs by device kind)
+            # Multi-host: call jax.distributed.initialize(); the three values below are
+            # detected on Cloud TPU and needed elsewhere (one process each, e.g. CPU tests).
+            distributed=False,
+            coordinator_address="",
+            num_processes=0,
+            process_id=-1,
             mesh=(("data", -1), ("fsdp", 1), ("tensor", 1)),  # device mesh axes (-1: the rest)
             # Logical parameter/activation axis -> mesh axes (zhlm/models/layers.py names).
             logical_rules=(
@@ -136,6 +157,23 @@ def get_base_config() -> ml_collections.ConfigDict:
     config.data = _data()
     config.train = _train()
     config.optim = _optim()
+    return config
+
+
+# Sizes meant for a laptop CPU get a laptop-sized run (the loss falls within minutes on the
+# bundled corpus): smaller batches, fewer steps, frequent logs, and the larger learning rate a
+# model this small needs (LAMB's steps are relative to each layer's norm, so it needs more).
+LOCAL_TRAIN = dict(batch_size=32, num_steps=600, log_every=20, eval_every=100, checkpoint_every=200)
+LOCAL_LR = {"adamw": 1e-3, "lamb": 1e-2}
+
+
+def local_scale(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Recipe files end with this: for ``tiny`` and ``mini`` models, :data:`LOCAL_TRAIN`,
+    warmup over the first 10% and :data:`LOCAL_LR`; other sizes keep the recipe's values."""
+    if config.model.size in ("tiny", "mini"):
+        config.train.update(LOCAL_TRAIN)
+        config.optim.warmup_steps = LOCAL_TRAIN["num_steps"] // 10
+        config.optim.peak_lr = LOCAL_LR[config.optim.name]
     return config
 
 

@@ -10,6 +10,10 @@ mixture weights; the n-th example a source serves is item ``n % size`` of that s
 permutation for epoch ``n // size`` (``default_rng([seed, source, epoch])``). Every process
 computes the same global plan and reads only its rows ``[p * B/P, (p + 1) * B/P)``, so the
 global batch is identical for any process count, and each process touches only its own records.
+
+Held-out sequences: the last ``holdout`` records of every source (at most a fifth of it) never
+enter the training plan; ``eval_batches()`` serves them in order, in whole global batches. The
+records are in TFDS's shuffled order, so these are a random sample of the source's sequences.
 """
 
 import os
@@ -106,6 +110,7 @@ class Loader:
         seed: int = 0,
         process_index=None,
         process_count=None,
+        holdout: int = 0,
     ):
         import tensorflow_datasets as tfds
 
@@ -119,7 +124,10 @@ class Loader:
             )
         builder = tfds.builder_from_directory(path)
         self.sources = {name: builder.as_data_source(split=name) for name in builder.info.splits}
-        self.sizes = {name: len(ds) for name, ds in self.sources.items()}
+        total = {name: len(ds) for name, ds in self.sources.items()}
+        self.held = {name: min(holdout, n // 5) for name, n in total.items()}
+        self.sizes = {name: n - self.held[name] for name, n in total.items()}
+        self.global_batch = global_batch
         self.sampler = MixtureSampler(
             self.sizes, parse_mixture(mixture, self.sizes), global_batch, seed
         )
@@ -131,9 +139,25 @@ class Loader:
         return self
 
     def __next__(self) -> dict:
-        plan = self.sampler.next_plan()[self.rows]
+        return self._read(self.sampler.next_plan()[self.rows])
+
+    def _read(self, plan):
         examples = [self.sources[name][i] for name, i in plan]
         return {k: np.stack([e[k] for e in examples]).astype(np.int32) for k in examples[0]}
+
+    def num_eval_batches(self) -> int:
+        return sum(self.held.values()) // self.global_batch
+
+    def eval_batches(self):
+        """This process's rows of each whole global batch of held-out records, in order."""
+        plan = [
+            (name, self.sizes[name] + i)
+            for name in sorted(self.held)
+            for i in range(self.held[name])
+        ]
+        for b in range(self.num_eval_batches()):
+            rows = plan[b * self.global_batch : (b + 1) * self.global_batch]
+            yield self._read(rows[self.rows])
 
     def get_state(self) -> dict:
         return self.sampler.state()
@@ -142,14 +166,15 @@ class Loader:
         self.sampler.restore(state)
 
 
-def from_config(data_dir: str, config, process_index=None, process_count=None) -> Loader:
-    """The loader ``train_and_evaluate`` uses: dataset of the recipe, mixture and batch size
-    from the config."""
+def from_config(path: str, config, process_index=None, process_count=None) -> Loader:
+    """The loader ``train_and_evaluate`` uses for the dataset at ``path``: mixture, batch
+    size, seed and held-out count from the config."""
     return Loader(
-        dataset_dir(data_dir, config),
+        path,
         config.data.mixture,
         config.train.batch_size,
         config.train.seed,
         process_index,
         process_count,
+        holdout=config.train.eval_examples,
     )

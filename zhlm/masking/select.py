@@ -17,9 +17,10 @@ predict a little less than the budget (more so for long units).
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 OVERFLOW = ("truncate", "skip")
-_LAST = jnp.uint32(0xFFFFFFFF)  # sort key of non-candidates: after every unit
+_LAST = np.uint32(0xFFFFFFFF)  # sort key of non-candidates: after every unit
 
 
 def budget(cand, cfg):

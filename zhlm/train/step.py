@@ -38,14 +38,29 @@ class Trainer:
     state_shardings: object
     init_fn: Callable  # rng -> sharded state
     step_fn: Callable  # (state, batch, rng) -> (state, metrics)
+    eval_fn: Callable  # (params, batch, rng) -> metrics, without dropout
 
     def init(self, rng):
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
             return self.init_fn(rng)
 
+    def abstract_state(self):
+        """ShapeDtypeStructs of the state with their shardings (the target of a restore)."""
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
+            shapes = jax.eval_shape(self.init_fn, jax.random.key(0))
+        return jax.tree_util.tree_map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            shapes,
+            self.state_shardings,
+        )
+
     def step(self, state, batch, rng):
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
             return self.step_fn(state, batch, rng)
+
+    def evaluate(self, params, batch, rng):
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
+            return self.eval_fn(params, batch, rng)
 
 
 def _boxed_init(model, tx_factory, config):
@@ -63,7 +78,7 @@ def _boxed_init(model, tx_factory, config):
     return init
 
 
-def _loss_fn(model, config):
+def _loss_fn(model, config, deterministic=False):
     def loss(params, batch, rng):
         mask_rng, dropout_rng = jax.random.split(rng)
         masked = masking.mask_batch(batch, mask_rng, config)
@@ -74,7 +89,7 @@ def _loss_fn(model, config):
             masked["token_type_ids"],
             masked["attention_mask"],
             masked_positions=masked["masked_positions"],
-            deterministic=False,
+            deterministic=deterministic,
             rngs={"dropout": dropout_rng},
             **span,
         )
@@ -138,9 +153,17 @@ def make_trainer(config, mesh=None) -> Trainer:
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = dict(
-            metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"])
+            metrics,
+            grad_norm=optax.tree.norm(grads),
+            learning_rate=schedule(state["step"]),
+            tokens=jnp.sum(batch["attention_mask"]),
         )
         return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+
+    eval_loss = _loss_fn(model, config, deterministic=True)
+
+    def eval_step(params, batch, rng):
+        return eval_loss(params, batch, rng)[1]
 
     batch_sh = sharding.batch_sharding(mesh)
     init_fn = jax.jit(lambda rng: nn.unbox(boxed_init(rng)), out_shardings=state_shardings)
@@ -150,4 +173,9 @@ def make_trainer(config, mesh=None) -> Trainer:
         out_shardings=(state_shardings, sharding.replicated(mesh)),
         donate_argnums=0,
     )
-    return Trainer(config, mesh, model, tx, schedule, state_shardings, init_fn, step_fn)
+    eval_fn = jax.jit(
+        eval_step,
+        in_shardings=(state_shardings["params"], batch_sh, sharding.replicated(mesh)),
+        out_shardings=sharding.replicated(mesh),
+    )
+    return Trainer(config, mesh, model, tx, schedule, state_shardings, init_fn, step_fn, eval_fn)

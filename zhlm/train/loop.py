@@ -1,0 +1,204 @@
+"""``train_and_evaluate(config, workdir)``: the pretraining loop ``zhlm-pretrain`` runs.
+
+One loop for every recipe, one CPU or a TPU pod: the prepared dataset (found or prepared once,
+``zhlm.data.cache``), this process's rows of each global batch made into one global array
+(``jax.make_array_from_process_local_data``), the jitted sharded step, metrics at log steps,
+evaluation on held-out sequences, asynchronous orbax checkpoints with the loader's position.
+
+What it guarantees:
+- Exact resume: state, data position and the per-step key (``fold_in(seed, step)``) are all in
+  the checkpoint or derived from it, so a killed and restarted run repeats the uninterrupted
+  run's losses bit for bit (on CPU).
+- Preemption: SIGTERM (or, multi-host, JAX's preemption sync point) saves a checkpoint at the
+  current step and returns cleanly.
+- Non-finite loss: training stops with ``FloatingPointError`` naming the step. No checkpoint
+  is written after it: a save happens only once that step's loss and gradient norm are known to
+  be finite, so the last checkpoint is the last good one. The check is one step behind (it
+  reads step t's loss after step t+1 is queued), so the device never idles for it.
+"""
+
+import contextlib
+import os
+import signal
+import time
+
+import jax
+import numpy as np
+from absl import logging
+
+from zhlm import objectives
+from zhlm.data import cache
+from zhlm.data import loader as data_loader
+from zhlm.train import metrics as metrics_lib
+from zhlm.train import resume, sharding
+from zhlm.train.step import make_trainer
+
+SUMMED = ("_sum", "_correct", "_count", "tokens")  # metric keys added over a log window
+
+
+def initialize_distributed(train):
+    """``jax.distributed.initialize`` when ``config.train.distributed``; call before any JAX
+    computation. Unset values are detected (Cloud TPU)."""
+    if not train.distributed:
+        return
+    kwargs = {}
+    if train.coordinator_address:
+        kwargs["coordinator_address"] = train.coordinator_address
+    if train.num_processes:
+        kwargs["num_processes"] = train.num_processes
+    if train.process_id >= 0:
+        kwargs["process_id"] = train.process_id
+    jax.distributed.initialize(**kwargs)
+
+
+def global_batch(local: dict, mesh, batch_size: int) -> dict:
+    """This process's rows -> global arrays split over the data axes of ``mesh``."""
+    spec = sharding.batch_sharding(mesh)
+    return {
+        k: jax.make_array_from_process_local_data(spec, v, (batch_size,) + v.shape[1:])
+        for k, v in local.items()
+    }
+
+
+class _Preemption:
+    """SIGTERM sets a flag the loop polls; multi-host, JAX's preemption sync point decides, so
+    every process saves at the same step."""
+
+    def __init__(self, mngr):
+        self.mngr, self.signalled, self._previous = mngr, False, None
+
+    def __enter__(self):
+        with contextlib.suppress(ValueError):  # not the main thread: no handler
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        logging.warning("SIGTERM: saving a checkpoint and stopping")
+        self.signalled = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def reached(self, step: int) -> bool:
+        if jax.process_count() > 1:
+            return self.mngr.reached_preemption(step)
+        return self.signalled
+
+
+def _check_finite(m, step: int, last_saved):
+    loss, norm = float(m["total_loss_sum"]), float(m["grad_norm"])
+    if not (np.isfinite(loss) and np.isfinite(norm)):
+        where = f"step {last_saved}" if last_saved is not None else "none written"
+        raise FloatingPointError(
+            f"loss {loss} / gradient norm {norm} at step {step}: stopping; the last good "
+            f"checkpoint is kept ({where})"
+        )
+
+
+def _accumulate(acc, m):
+    if acc is None:
+        return dict(m)
+    return {k: acc[k] + v if k.endswith(SUMMED) else v for k, v in m.items()}
+
+
+class _Evaluator:
+    """Held-out loss and accuracies: fixed masks (one key per eval batch), no dropout."""
+
+    def __init__(self, trainer, loader, config):
+        self.trainer, self.config = trainer, config
+        self.rng = jax.random.fold_in(jax.random.key(config.train.seed), 0x7E57)
+        self.batches = None
+        self.loader = loader
+
+    def __call__(self, params) -> dict:
+        if self.batches is None:  # read once: the held-out set does not change
+            self.batches = [
+                global_batch(b, self.trainer.mesh, self.config.train.batch_size)
+                for b in self.loader.eval_batches()
+            ]
+        total = None
+        for i, batch in enumerate(self.batches):
+            m = self.trainer.evaluate(params, batch, jax.random.fold_in(self.rng, i))
+            total = _accumulate(total, m)
+        return objectives.summarize(jax.device_get(total))
+
+
+def _log_line(window, seconds, steps, flops, peak):
+    m = jax.device_get(window)
+    out = objectives.summarize({k: v for k, v in m.items() if k.endswith(SUMMED[:3])})
+    out.update(
+        learning_rate=m["learning_rate"],
+        grad_norm=m["grad_norm"],
+        steps_per_second=steps / seconds,
+        tokens_per_second=m["tokens"] / seconds,
+    )
+    if peak:
+        out["mfu"] = flops * steps / seconds / peak
+    return out
+
+
+def train_and_evaluate(config, workdir: str):
+    """Trains ``config`` in ``workdir`` (resuming what is there); returns the final state."""
+    initialize_distributed(config.train)
+    lead = jax.process_index() == 0
+    os.makedirs(workdir, exist_ok=True)
+    if lead:
+        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(config.to_json(indent=2))
+    path = cache.ensure_dataset(config, progress=lead)
+    loader = data_loader.from_config(path, config)
+    trainer = make_trainer(config)
+    mngr = resume.manager(workdir, config)
+    state, where = resume.restore_or_init(mngr, trainer, loader, config)
+    start = int(jax.device_get(state["step"]))
+    train = config.train
+    logging.info("training %s from %s; dataset %s (%s)", config.recipe, where, path, loader.sizes)
+    if lead:
+        print(f"zhlm: {config.recipe} from {where}, steps {start}..{train.num_steps}", flush=True)
+    evaluate = _Evaluator(trainer, loader, config)
+    if train.eval_every and not loader.num_eval_batches():
+        logging.warning("held-out set smaller than one batch: no evaluation")
+    writer = metrics_lib.Writer(workdir, enabled=lead)
+    rng = jax.random.key(train.seed)
+    flops = train.batch_size * metrics_lib.train_flops_per_sequence(
+        trainer.model.config, config.data.max_seq_length, config.masking.max_predictions_per_seq
+    )
+    peak = metrics_lib.peak_flops(config, jax.devices()[0]) * jax.device_count()
+    last_saved = mngr.latest_step()
+    from tqdm import tqdm
+
+    bar = tqdm(total=train.num_steps, initial=start, unit="step", disable=not lead)
+    window, previous, t0, w0 = None, None, time.time(), start
+    try:
+        with _Preemption(mngr) as preemption:
+            for step in range(start + 1, train.num_steps + 1):  # step: updates done after it
+                batch = global_batch(next(loader), trainer.mesh, train.batch_size)
+                state, m = trainer.step(state, batch, rng)
+                if previous is not None:
+                    _check_finite(previous, step - 1, last_saved)
+                previous, window = m, _accumulate(window, m)
+                bar.update(1)
+                if step % train.log_every == 0 or step == train.num_steps:
+                    line = _log_line(window, time.time() - t0, step - w0, flops, peak)
+                    writer.write(step, "train", line)
+                    bar.set_postfix(loss=f"{line['loss']:.3f}", refresh=False)
+                    window, t0, w0 = None, time.time(), step
+                if (
+                    train.eval_every
+                    and loader.num_eval_batches()
+                    and (step % train.eval_every == 0 or step == train.num_steps)
+                ):
+                    writer.write(step, "eval", evaluate(state["params"]))
+                preempted = preemption.reached(step)
+                if step % train.checkpoint_every == 0 or step == train.num_steps or preempted:
+                    _check_finite(m, step, last_saved)
+                    last_saved = resume.save(mngr, state, loader.get_state(), force=preempted)
+                if preempted:
+                    logging.warning("preempted: saved step %d, stopping", step)
+                    break
+    finally:
+        bar.close()
+        mngr.wait_until_finished()
+        writer.close()
+    return state
