@@ -6,7 +6,12 @@ parity tests) and cuts compile time about 3x. Benchmarks (tools/bench.py) never 
 """
 
 import os
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
 ).strip()
+
+# Datasets prepared on the fly by the loop and the tables are cached for the whole session (and
+# its child processes), never in the user's ~/.cache.
+os.environ["ZHLM_CACHE"] = tempfile.mkdtemp(prefix="zhlm-test-cache-")

@@ -29,9 +29,7 @@ def corpus(tmp_path_factory):
     cut = text.index("\n\n", 60_000) + 2
     path = root / "corpus.txt"
     path.write_text(text[:cut], encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:  # children inherit it
-        mp.setenv("ZHLM_CACHE", str(root / "cache"))
-        yield str(path)
+    return str(path)
 
 
 def overrides(corpus, **kw):
@@ -228,3 +226,23 @@ def test_two_processes_equal_one(corpus, reference, tmp_path):
     assert sorted(two) == sorted(one)
     np.testing.assert_allclose([two[s] for s in sorted(two)], [one[s] for s in sorted(one)],
                                rtol=0, atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_command_on_the_bundled_corpus(corpus, tmp_path):
+    """README's main job, shortened: zhlm-pretrain with no data options."""
+    cmd = [sys.executable, "-m", "zhlm.cli.pretrain", "--config=configs/macbert.py:tiny"]
+    cmd += [f"--workdir={tmp_path}", "--config.train.num_steps=20", "--config.train.log_every=10"]
+    cmd += ["--config.optim.warmup_steps=2", "--config.train.batch_size=8"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "macbert from fresh initialisation" in run.stdout
+    assert [line["step"] for line in metrics.read(str(tmp_path))] == [10, 20]
+    config = json.load(open(tmp_path / "config.json"))
+    assert config["data"]["input"] == [] and config["train"]["num_steps"] == 20
+    bad = subprocess.run(
+        cmd[:-4] + ["--config.data.data_dir=/nonexistent"], capture_output=True, text=True,
+        cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "no prepared dataset at /nonexistent" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -1,5 +1,6 @@
-"""The jitted train step: the loss falls, accumulation and the pre-compile checks, and sharded
-runs on 8 fake CPU devices equal the 1-device run."""
+"""The jitted train step: gradient accumulation learns, the pre-compile checks, and sharded runs
+on 8 fake CPU devices equal the 1-device run. (Every recipe's loss falling on real text is
+tests/test_loop.py.)"""
 
 import json
 import os
@@ -36,13 +37,6 @@ def losses(config, steps, batch=None, mesh=None):
         state, metrics = trainer.step(state, batch, jax.random.key(1))
         out.append(float(metrics["total_loss_sum"] / metrics["total_count"]))
     return out, state
-
-
-@pytest.mark.parametrize("recipe", ["bert", "spanbert", "albert"])
-def test_loss_falls_on_a_repeated_batch(recipe):
-    values, state = losses(tiny_config(recipe), 12)
-    assert int(state["step"]) == 12
-    assert np.mean(values[-3:]) < np.mean(values[:3]) - 0.5, values
 
 
 def test_gradient_accumulation_runs_and_learns():

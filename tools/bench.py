@@ -2,6 +2,7 @@
 
   python tools/bench.py masking [--batch 32] [--seq 128 512] [--model-size base]
   python tools/bench.py prepare [--mb 2] [--recipe bert] [--processes 1 2]
+  python tools/bench.py train [--cases tiny-fp32 base-fp32 base-bf16]   (tools/bench_train.py)
 
 Each subcommand is one function registered in ``COMMANDS``; add new ones the same way.
 
@@ -16,6 +17,7 @@ import argparse
 import sys
 import time
 
+import bench_train  # tools/ is the script's directory
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -225,7 +227,12 @@ def add_prepare_parser(sub):
     p.add_argument("--shard-mb", type=float, default=0.25, help="shard size (data.shard_mb)")
 
 
-COMMANDS = {"masking": masking_bench, "prepare": prepare_bench}
+COMMANDS = {
+    "masking": masking_bench,
+    "prepare": prepare_bench,
+    "train": bench_train.run,
+    "train-worker": bench_train.worker,
+}
 
 
 def main(argv=None):
@@ -242,6 +249,7 @@ def main(argv=None):
     )
     m.add_argument("--no-step", action="store_true", help="only the masking table")
     add_prepare_parser(sub)
+    bench_train.add_parsers(sub)
     args = parser.parse_args(argv)
     COMMANDS[args.command](args)
 

@@ -1,0 +1,234 @@
+"""``python tools/bench.py train``: zhlm's pretraining step beside Hugging Face's, same run.
+
+Peer: transformers' PyTorch ``BertForPreTraining`` (MLM + NSP, AdamW), same dims, batch, number
+of masked tokens and threads. Each side runs in its own child process, one after the other, so
+neither competes for the cores and each one's peak RSS is its own. Printed:
+
+- tokens/s of both and the ratio for L2/H128 32x128 fp32, L12/H768 8x128 fp32, and the same
+  base model in bf16 (zhlm ``model.dtype=bfloat16``, fp32 master weights; the peer under
+  ``torch.autocast(bfloat16)``);
+- MFU of the base fp32 step against the fp32 matmul peak that JAX reaches on this machine
+  (a large square matmul, measured in the same run), with the FLOP count of
+  ``zhlm.train.metrics.train_flops_per_sequence``;
+- XLA compile time of the step with 24 layers against 2 layers (the scan keeps it flat);
+- peak resident memory of each child.
+
+zhlm's step is the real one (``make_trainer``: masking on device, the model, the objectives,
+AdamW with BERT's schedule and clipping). The peer's labels mark the same number of positions
+(``max_predictions_per_seq``); like every HF BERT it still computes logits at every position.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+CASES = {
+    "tiny-fp32": dict(size="tiny", batch=32, seq=128, dtype="float32"),
+    "base-fp32": dict(size="base", batch=8, seq=128, dtype="float32"),
+    "base-bf16": dict(size="base", batch=8, seq=128, dtype="bfloat16"),
+}
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def _config(size, batch, seq, dtype, layers=0):
+    sys.path.insert(0, ROOT)
+    from zhlm import defaults
+
+    c = defaults.get_base_config()
+    c.model.size, c.model.dtype, c.model.num_layers = size, dtype, layers
+    c.train.batch_size, c.data.max_seq_length = batch, seq
+    c.masking.max_predictions_per_seq = round(0.15 * seq)
+    c.train.num_steps, c.optim.warmup_steps = 1000, 10
+    return c
+
+
+def _rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _jax_worker(case, reps):
+    import jax
+    import numpy as np
+    from bench import synthetic_batch
+
+    from zhlm.train import metrics
+    from zhlm.train.step import make_trainer
+
+    c = _config(**case)
+    trainer = make_trainer(c)
+    state = trainer.init(jax.random.key(0))
+    batch = synthetic_batch(case["batch"], case["seq"])
+    rng = jax.random.key(1)
+    for _ in range(2):
+        state, m = trainer.step(state, batch, rng)
+    jax.block_until_ready(m)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        state, m = trainer.step(state, batch, rng)
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t)
+    sec = float(np.median(times))
+    flops = case["batch"] * metrics.train_flops_per_sequence(
+        trainer.model.config, case["seq"], c.masking.max_predictions_per_seq
+    )
+    return dict(seconds=sec, flops_per_second=flops / sec)
+
+
+def _torch_worker(case, reps):
+    import numpy as np
+    import torch
+    import transformers
+
+    sys.path.insert(0, ROOT)
+    from zhlm.models import SIZES
+
+    torch.set_num_threads(os.cpu_count())
+    dims = SIZES[case["size"]]
+    h = dims["hidden_size"]
+    cfg = transformers.BertConfig(
+        vocab_size=21128,
+        hidden_size=h,
+        num_hidden_layers=dims["num_layers"],
+        num_attention_heads=dims["num_heads"],
+        intermediate_size=4 * h,
+    )
+    model = transformers.BertForPreTraining(cfg).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
+    b, s = case["batch"], case["seq"]
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(672, 21128, (b, s), generator=g)
+    labels = torch.full((b, s), -100)
+    for row in range(b):
+        pos = torch.randperm(s - 2, generator=g)[: round(0.15 * s)] + 1
+        labels[row, pos] = ids[row, pos]
+    types = torch.zeros((b, s), dtype=torch.long)
+    types[:, s // 2 :] = 1
+    nsp = torch.randint(0, 2, (b,), generator=g)
+    autocast = case["dtype"] == "bfloat16"
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = model(input_ids=ids, token_type_ids=types, labels=labels, next_sentence_label=nsp)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return dict(seconds=float(np.median(times)))
+
+
+def _matmul_peak(n=2048, reps=5):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(f(a))
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / float(np.median(times))
+
+
+def _compile_seconds(layers):
+    import flax.linen as nn
+    import jax
+    from bench import synthetic_batch
+
+    from zhlm.train import sharding
+    from zhlm.train.step import make_trainer
+
+    trainer = make_trainer(_config("tiny", 8, 128, "float32", layers=layers))
+    state = trainer.abstract_state()
+    batch = synthetic_batch(8, 128)
+    t = time.perf_counter()
+    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(sharding.rules(trainer.config)):
+        trainer.step_fn.lower(state, batch, jax.random.key(0)).compile()
+    return time.perf_counter() - t
+
+
+def worker(args):
+    """One measurement in this process; prints one JSON line."""
+    if args.what == "jax":
+        out = _jax_worker(CASES[args.case], args.reps)
+    elif args.what == "torch":
+        out = _torch_worker(CASES[args.case], args.reps)
+    elif args.what == "peak":
+        out = dict(flops_per_second=_matmul_peak())
+    else:
+        out = dict(seconds=_compile_seconds(int(args.what.split("-")[1])))
+    out["max_rss_mb"] = _rss_mb()
+    print("RESULT" + json.dumps(out), flush=True)
+
+
+def _child(what, case="", reps=5, timeout=None):
+    """One worker's JSON result; ``None`` when it ran past ``timeout`` seconds."""
+    cmd = [sys.executable, os.path.abspath(sys.argv[0]), "train-worker", what]
+    cmd += ["--case", case, "--reps", str(reps)] if case else []
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if run.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.split("RESULT")[-1])
+
+
+def run(args):
+    import jax
+
+    print(f"jax {jax.__version__}, {os.cpu_count()} CPU threads; peer: transformers PyTorch")
+    print("\n| case | zhlm tokens/s | HF tokens/s | ratio | zhlm peak RSS MB | HF peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    results = {}
+    for name in args.cases:
+        case = CASES[name]
+        ours = _child("jax", name, args.reps)
+        peer = _child("torch", name, args.reps, timeout=args.peer_timeout)
+        results[name] = ours
+        tokens = case["batch"] * case["seq"]
+        if peer is None:  # e.g. bf16 autocast on a CPU without native bf16 matmuls
+            hf, ratio, hf_rss = f"(> {args.peer_timeout} s, stopped)", "n/a", "n/a"
+        else:
+            hf = f"{tokens / peer['seconds']:,.0f}"
+            ratio = f"{peer['seconds'] / ours['seconds']:.2f}x"
+            hf_rss = f"{peer['max_rss_mb']:,.0f}"
+        print(
+            f"| {name} {case['batch']}x{case['seq']} | {tokens / ours['seconds']:,.0f} | {hf} | "
+            f"{ratio} | {ours['max_rss_mb']:,.0f} | {hf_rss} |",
+            flush=True,
+        )
+    if "base-fp32" in results:
+        peak = _child("peak")["flops_per_second"]
+        mfu = results["base-fp32"]["flops_per_second"] / peak
+        print(
+            f"\nbase fp32 step: {results['base-fp32']['flops_per_second'] / 1e9:.1f} GFLOP/s of "
+            f"model FLOPs; fp32 matmul peak here {peak / 1e9:.1f} GFLOP/s; MFU {100 * mfu:.0f}%"
+        )
+    c2, c24 = _child("compile-2")["seconds"], _child("compile-24")["seconds"]
+    print(f"compile of the step: 2 layers {c2:.1f} s, 24 layers {c24:.1f} s, ratio {c24 / c2:.2f}")
+
+
+def add_parsers(sub):
+    p = sub.add_parser("train", help="train step tokens/s, MFU, compile time vs HF PyTorch")
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument("--reps", type=int, default=5, help="timed steps per side (median)")
+    p.add_argument("--peer-timeout", type=int, default=900, help="seconds before giving up on HF")
+    w = sub.add_parser("train-worker", help="(internal) one measurement of `train`")
+    w.add_argument("what", help="jax, torch, peak, compile-N")
+    w.add_argument("--case", default="")
+    w.add_argument("--reps", type=int, default=5)
