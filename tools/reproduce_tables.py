@@ -1,6 +1,7 @@
 """Reproduce the papers' tables from zhlm's own modules and runs; prints Markdown.
 
   python tools/reproduce_tables.py params            # ALBERT Table 1, parameter counts
+  python tools/reproduce_tables.py masking --scale micro|mini|paper   # masking statistics
   python tools/reproduce_tables.py TABLE --scale micro|mini|paper
 
 Each table is one function in ``TABLES``; the paper's figure stands beside ours.
@@ -167,28 +168,6 @@ def masking_table(scale):
         "column is the share of such units, which 128-token sequences make large for long units.",
     ]
     return "\n".join(lines)
-
-
-# ALBERT (Lan et al., 2020) Tables 3 and 4, ALBERT-base (L=12, H=768), 30k vocabulary:
-# parameters in millions by (share_layers, E).
-ALBERT_PAPER_PARAMS = {
-    ("none", 64): 87, ("none", 128): 89, ("none", 256): 93, ("none", 768): 108,
-    ("all", 64): 10, ("all", 128): 12, ("all", 256): 16, ("all", 768): 31,
-    ("ffn", 128): 38, ("attention", 128): 64, ("ffn", 768): 57, ("attention", 768): 83,
-}  # fmt: skip
-
-
-def albert_params_rows():
-    """Our ALBERT-base parameter count for every (sharing, E) cell of Tables 3 and 4."""
-    rows = []
-    for (share, e), paper in ALBERT_PAPER_PARAMS.items():
-        config = load_config("albert", "base")
-        # E = H is the unfactorised embedding (no E->H projection), as in BERT.
-        config.model.vocab_size, config.model.embed_dim = 30000, 0 if e == 768 else e
-        config.model.share_layers = share
-        full = sum(count_params(build_model(config)).values())
-        rows.append((share, e, paper, full))
-    return rows
 
 
 TABLES = {"params": params_table, "masking": masking_table}
