@@ -73,8 +73,8 @@ while [ $# -gt 0 ]; do
     --branch) branch=$val ;;
     --config) config=$val ;;
     --max-restarts) max_restarts=$val ;;
-    --spot | --preemptible) [ "${spot:-$arg}" = "$arg" ] || usage_error "--spot or --preemptible, not both"
-      spot=$arg ;;
+    --spot | --preemptible) spot=${spot:-$arg}
+      [ "$spot" = "$arg" ] || usage_error "--spot or --preemptible, not both" ;;
     --dry-run) dry_run=1 ;;
     --help) usage; exit 0 ;;
     *) usage_error "unknown option '$arg'" ;;
@@ -88,7 +88,7 @@ case $max_restarts in '' | *[!0-9]*) usage_error "--max-restarts needs a whole n
 [ -z "$branch" ] || [ -n "$repo" ] || usage_error "--branch needs --repo"
 case $workdir in
   gs://*) ;;
-  *) say "warning: --workdir=$workdir is not gs://: workers do not share it, a new TPU starts afresh" ;;
+  *) say "warning: --workdir=$workdir is not gs://: not shared by workers, lost with the VM" ;;
 esac
 
 GCLOUD=${GCLOUD:-gcloud}
@@ -96,45 +96,46 @@ loc=(--zone="$zone")
 [ -z "$project" ] || loc+=(--project="$project")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-# Print a command (shell-quoted, so it can be pasted) and run it unless --dry-run.
+# run: print a command, shell-quoted so it can be pasted, to fd 3 (stdout, even inside $(...)),
+# then run it unless --dry-run.
 quote() {
   local out="" w
   for w in "$@"; do
-    case $w in
-      '' | *[!A-Za-z0-9_./:=@%+,-]*) w="'${w//\'/\'\\\'\'}'" ;;
-    esac
+    case $w in '' | *[!A-Za-z0-9_./:=@%+,-]*) w="'${w//\'/\'\\\'\'}'" ;; esac
     out+="${out:+ }$w"
   done
   printf '%s' "$out"
 }
-run() {
-  printf '+ %s\n' "$(quote "$@")" >&3
-  [ "$dry_run" = 1 ] || "$@"
-}
+run() { printf '+ %s\n' "$(quote "$@")" >&3; [ "$dry_run" = 1 ] || "$@"; }
 exec 3>&1
 tpu_cmd() { run "$GCLOUD" compute tpus tpu-vm "$1" "$tpu" "${loc[@]}" "${@:2}"; }
 ssh_all() { tpu_cmd ssh --worker=all --command="$1"; }
-tpu_state() { "$GCLOUD" compute tpus tpu-vm describe "$tpu" "${loc[@]}" --format='value(state)' 2>/dev/null; }
+describe=(compute tpus tpu-vm describe "$tpu" "${loc[@]}" --format='value(state)')
+tpu_state() { "$GCLOUD" "${describe[@]}" 2>/dev/null; }
 
 # The commands the workers run (bash on the TPU VM; every local value is quoted with %q).
 if [ -n "$repo" ]; then
-  fetch="rm -rf ~/zhlm && git clone --depth=1${branch:+ --branch=$(printf '%q' "$branch")} $(printf '%q' "$repo") ~/zhlm"
+  fetch="rm -rf ~/zhlm && git clone --depth=1${branch:+ --branch=$(printf '%q' "$branch")}"
+  fetch+=" $(printf '%q' "$repo") ~/zhlm"
   commit_expr="\$(git -C ~/zhlm rev-parse HEAD)"
 else
   commit=$(git -C "$root" rev-parse HEAD 2>/dev/null) \
     || die "$root is not a git checkout with a commit; commit it or give --repo=URL"
   [ -z "$(git -C "$root" status --porcelain --untracked-files=no)" ] \
     || say "note: uncommitted changes are not copied (git archive HEAD = ${commit:0:12})"
-  fetch="rm -rf ~/zhlm && mkdir -p ~/zhlm && tar -xzf ~/zhlm.tar.gz -C ~/zhlm && rm -f ~/zhlm.tar.gz"
+  fetch="rm -rf ~/zhlm && mkdir ~/zhlm && tar -xzf ~/zhlm.tar.gz -C ~/zhlm && rm ~/zhlm.tar.gz"
   commit_expr=$commit
 fi
-install="c=$commit_expr && if [ -e ~/.zhlm_installed_\$c ]; then echo \"zhlm \$c already installed on \$(hostname)\";"
-install+=" else cd ~/zhlm && python3 -m pip install 'jax[tpu]' -e . && touch ~/.zhlm_installed_\$c; fi"
+install="c=$commit_expr && if [ -e ~/.zhlm_installed_\$c ]; then"
+install+=" echo \"zhlm \$c already installed on \$(hostname)\"; else cd ~/zhlm"
+install+=" && python3 -m pip install 'jax[tpu]' -e . && touch ~/.zhlm_installed_\$c; fi"
 # ml_collections wants --config before any --config.* override: distributed=True goes last.
 pretrain=(--workdir="$workdir")
 [ -z "$config" ] || pretrain+=(--config="$config")
 distributed=--config.train.distributed=True
-for a in ${extra[@]+"${extra[@]}"}; do case $a in --config.train.distributed*) distributed="" ;; esac; done
+for a in ${extra[@]+"${extra[@]}"}; do
+  case $a in --config.train.distributed*) distributed="" ;; esac
+done
 pretrain+=(${extra[@]+"${extra[@]}"} ${distributed:+"$distributed"})
 train="export PATH=\"\$HOME/.local/bin:\$PATH\" && cd ~/zhlm && zhlm-pretrain"
 train+=$(printf ' %q' "${pretrain[@]}")
@@ -143,14 +144,14 @@ train+=$(printf ' %q' "${pretrain[@]}")
 ensure_tpu() {
   local state=""
   if [ "$dry_run" = 1 ]; then
-    run "$GCLOUD" compute tpus tpu-vm describe "$tpu" "${loc[@]}" --format='value(state)'
+    run "$GCLOUD" "${describe[@]}"
     say "dry run: assuming $tpu does not exist"
   else
     state=$(tpu_state) || state=""
   fi
   case $state in
     "") say "creating $tpu ($accel, $version${spot:+, ${spot#--}})" ;;
-    PREEMPTED | TERMINATED) say "$tpu is $state: deleting and re-creating it"; tpu_cmd delete --quiet ;;
+    PREEMPTED | TERMINATED) say "$tpu is $state: re-creating it"; tpu_cmd delete --quiet ;;
     READY) say "$tpu exists and is READY"; return 0 ;;
     *) say "$tpu is $state; using it as it is"; return 0 ;;
   esac
@@ -160,8 +161,8 @@ ensure_tpu() {
 # Step 2: the code in ~/zhlm on every worker.
 copy_code() {
   if [ -z "$repo" ]; then
-    run git -C "$root" archive --format=tar.gz -o "$tarball" HEAD
-    run "$GCLOUD" compute tpus tpu-vm scp --recurse "$tarball" "$tpu:zhlm.tar.gz" "${loc[@]}" --worker=all
+    run "$GCLOUD" compute tpus tpu-vm scp --recurse "$tarball" "$tpu:zhlm.tar.gz" "${loc[@]}" \
+      --worker=all
   fi
   ssh_all "$fetch"
 }
@@ -172,12 +173,13 @@ if [ "$dry_run" = 0 ] && [ -z "$repo" ]; then
   trap 'rm -rf "$tmp"' EXIT
   tarball="$tmp/zhlm.tar.gz"
 fi
+[ -n "$repo" ] || run git -C "$root" archive --format=tar.gz -1 -o "$tarball" HEAD
 logdir=${ZHLM_LAUNCH_LOGS:-launch_logs}
 log="$logdir/$tpu-$(date -u +%Y%m%dT%H%M%SZ).log"
 [ "$dry_run" = 1 ] || { mkdir -p "$logdir"; say "logs: $log"; }
 
 restarts=0
-while :; do
+while :; do  # steps 1-5
   ensure_tpu
   copy_code
   ssh_all "$install"

@@ -19,88 +19,79 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
 from helpers import ROOT
 
 SCRIPT = os.path.join(ROOT, "launch_tpu.sh")
-HEAD = subprocess.run(
-    ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-).stdout.strip()
 
-FAKE_GCLOUD = """\
-import json, os, pathlib, shutil, subprocess, sys
 
-args = sys.argv[1:]
-env = os.environ
-with open(env["FAKE_GCLOUD_LOG"], "a") as f:
-    f.write(json.dumps(args) + "\\n")
-if args[:3] != ["compute", "tpus", "tpu-vm"] or len(args) < 5:
-    sys.exit(f"fake gcloud: unexpected {args}")
-verb, state_file = args[3], pathlib.Path(env["FAKE_TPU_STATE_FILE"])
-state = state_file.read_text().strip() if state_file.exists() else ""
-home = pathlib.Path(env["FAKE_WORKER_HOME"])
-if verb == "describe":
-    if not state:
-        sys.exit("ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND")
-    print(state)
-elif verb == "create":
-    if state:
-        sys.exit("ERROR: ALREADY_EXISTS")
-    state_file.write_text("READY")
-    home.mkdir()
-elif verb == "delete":
-    if not state:
-        sys.exit("ERROR: NOT_FOUND")
-    state_file.write_text("")
-    shutil.rmtree(home)
-elif state != "READY":
-    sys.exit(f"fake gcloud: {verb} on a TPU that is {state or 'missing'}")
-elif verb == "scp":
-    src, dest = [a for a in args[4:] if not a.startswith("--")]
-    shutil.copy(src, home / dest.split(":", 1)[1])
-elif verb == "ssh":
-    (command,) = [a[len("--command="):] for a in args if a.startswith("--command=")]
-    if "zhlm-pretrain" in command:
-        counter = pathlib.Path(str(state_file) + ".runs")
-        runs = int(counter.read_text()) + 1 if counter.exists() else 1
-        counter.write_text(str(runs))
-        if runs <= int(env.get("FAKE_PREEMPT_RUNS", "0")):
-            state_file.write_text("PREEMPTED")
-            print("fake gcloud: connection to the worker lost", file=sys.stderr)
-            sys.exit(255)
-    path = env["FAKE_WORKER_BIN"] + os.pathsep + env["PATH"]
-    sys.exit(subprocess.run(["bash", "-c", command], env=dict(env, HOME=str(home), PATH=path),
-                            cwd=home).returncode)
+def _head(repo=ROOT):
+    """The commit launch_tpu.sh copies (read per test: the checkout may get commits meanwhile)."""
+    git = ["git", "-C", str(repo), "rev-parse", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+
+
+# Bash, not Python: a launch makes a dozen calls and Python's start-up would be most of the time.
+JSON = r"""
+json() {  # argv as one JSON list (enough for these tests: no control characters)
+  local out="" a
+  for a in "$@"; do a=${a//\\/\\\\}; out+="${out:+, }\"${a//\"/\\\"}\""; done
+  printf '[%s]\n' "$out"
+}
 """
 
-# python3 on the worker: logs argv and cwd; ``-m pip install`` "installs" zhlm-pretrain.
-FAKE_PYTHON3 = """\
-import json, os, pathlib, shutil, sys
-
-with open(os.environ["FAKE_WORKER_LOG"], "a") as f:
-    f.write(json.dumps({"prog": "python3", "argv": sys.argv[1:], "cwd": os.getcwd()}) + "\\n")
-if sys.argv[1:4] == ["-m", "pip", "install"]:
-    bin_dir = pathlib.Path.home() / ".local" / "bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(os.environ["FAKE_PRETRAIN"], bin_dir / "zhlm-pretrain")
+FAKE_GCLOUD = r"""
+set -euo pipefail
+json "$@" >>"$FAKE_GCLOUD_LOG"
+[ $# -ge 5 ] && [ "$1 $2 $3" = "compute tpus tpu-vm" ] || { echo "fake gcloud: $*" >&2; exit 2; }
+verb=$4 state_file=$FAKE_TPU_STATE_FILE home=$FAKE_WORKER_HOME
+state=$(cat "$state_file" 2>/dev/null || true)
+case $verb in
+  describe) [ -n "$state" ] || { echo "ERROR: NOT_FOUND" >&2; exit 1; }; echo "$state"; exit 0 ;;
+  create) [ -z "$state" ] || { echo "ERROR: ALREADY_EXISTS" >&2; exit 1; }
+    echo READY >"$state_file"; mkdir "$home"; exit 0 ;;
+  delete) [ -n "$state" ] || { echo "ERROR: NOT_FOUND" >&2; exit 1; }
+    : >"$state_file"; rm -rf "$home"; exit 0 ;;
+esac
+[ "$state" = READY ] || { echo "fake gcloud: $verb on a ${state:-missing} TPU" >&2; exit 1; }
+words=() command=""
+for a in "${@:5}"; do
+  case $a in --command=*) command=${a#--command=} ;; --*) ;; *) words+=("$a") ;; esac
+done
+case $verb in
+  scp) cp "${words[0]}" "$home/${words[1]#*:}" ;;
+  ssh)
+    if [[ $command == *zhlm-pretrain* ]]; then
+      runs=$(($(cat "$state_file.runs" 2>/dev/null || echo 0) + 1))
+      echo "$runs" >"$state_file.runs"
+      if [ "$runs" -le "${FAKE_PREEMPT_RUNS:-0}" ]; then
+        echo PREEMPTED >"$state_file"; echo "fake gcloud: connection lost" >&2; exit 255
+      fi
+    fi
+    cd "$home" && HOME=$home PATH="$FAKE_WORKER_BIN:$PATH" exec bash -c "$command" ;;
+  *) echo "fake gcloud: unexpected $verb" >&2; exit 2 ;;
+esac
 """
 
-FAKE_PRETRAIN = """\
-import json, os, sys
+# python3 on the worker: logs [prog, cwd, argv...]; ``-m pip install`` "installs" zhlm-pretrain.
+FAKE_PYTHON3 = r"""
+json python3 "$PWD" "$@" >>"$FAKE_WORKER_LOG"
+if [ "${1-} ${2-} ${3-}" = "-m pip install" ]; then
+  mkdir -p ~/.local/bin && cp "$FAKE_PRETRAIN" ~/.local/bin/zhlm-pretrain
+fi
+"""
 
-with open(os.environ["FAKE_WORKER_LOG"], "a") as f:
-    f.write(json.dumps({"prog": "zhlm-pretrain", "argv": sys.argv[1:], "cwd": os.getcwd()}))
-    f.write("\\n")
-print("step 100 loss 7.25")
-sys.exit(int(os.environ.get("FAKE_RUN_RC", "0")))
+FAKE_PRETRAIN = r"""
+json zhlm-pretrain "$PWD" "$@" >>"$FAKE_WORKER_LOG"
+echo "step 100 loss 7.25"
+exit "${FAKE_RUN_RC:-0}"
 """
 
 
 def _executable(path, body):
-    path.write_text(f"#!{sys.executable}\n" + body)
+    path.write_text("#!/usr/bin/env bash\n" + JSON + body)
     path.chmod(0o755)
     return str(path)
 
@@ -157,8 +148,10 @@ class Fake:
         return [c[3] for c in self.calls()]
 
     def worker(self, prog):
+        """``{"cwd": ..., "argv": [...]}`` for each run of ``prog`` on the worker."""
         lines = self.worker_log.read_text().splitlines() if self.worker_log.exists() else []
-        return [e for e in map(json.loads, lines) if e["prog"] == prog]
+        calls = [json.loads(line) for line in lines]
+        return [{"cwd": c[1], "argv": c[2:]} for c in calls if c[0] == prog]
 
 
 BASIC = ("--tpu=bert-pod", "--zone=us-central2-b", "--workdir=gs://bucket/run")
@@ -182,7 +175,7 @@ def _command(call):
 
 
 def test_dry_run_prints_every_command_and_calls_no_gcloud(tmp_path):
-    fake = Fake(tmp_path)
+    fake, head = Fake(tmp_path), _head()
     r = fake.launch(*BASIC, "--dry-run", "--spot", "--accelerator-type=v4-32", *EXTRA)
     assert r.returncode == 0, r.stderr
     assert fake.calls() == []
@@ -190,7 +183,7 @@ def test_dry_run_prints_every_command_and_calls_no_gcloud(tmp_path):
     printed = [shlex.split(line[2:]) for line in r.stdout.splitlines() if line.startswith("+ ")]
     gcloud = [c[4] for c in printed if c[0] == "gcloud"]
     assert gcloud == ["describe", "create", "scp", "ssh", "ssh", "ssh"]
-    create = printed[1]
+    (create,) = [c for c in printed if c[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "create"]]
     assert create[6:] == [
         "--zone=us-central2-b",
         "--accelerator-type=v4-32",
@@ -200,14 +193,14 @@ def test_dry_run_prints_every_command_and_calls_no_gcloud(tmp_path):
     assert [c[:3] for c in printed if c[0] == "git"] == [["git", "-C", ROOT]]
     assert all("--worker=all" in c for c in printed if c[0] == "gcloud" and c[4] in ("scp", "ssh"))
     install, train = _command(printed[-2]), _command(printed[-1])
-    assert f"c={HEAD} " in install and "~/.zhlm_installed_$c" in install
+    assert f"c={head} " in install and "~/.zhlm_installed_$c" in install
     assert "pip install 'jax[tpu]' -e ." in install
     assert "cd ~/zhlm && zhlm-pretrain " in train
     assert shlex.split(train.split("zhlm-pretrain ", 1)[1]) == EXPECTED_ARGV
 
 
 def test_creates_copies_installs_and_runs_on_every_worker(tmp_path):
-    fake = Fake(tmp_path)
+    fake, head = Fake(tmp_path), _head()
     r = fake.launch(
         *BASIC, "--spot", "--accelerator-type=v4-32", "--runtime-version=v2-alpha-tpuv5", *EXTRA
     )
@@ -227,7 +220,7 @@ def test_creates_copies_installs_and_runs_on_every_worker(tmp_path):
     assert all("--worker=all" in c for c in calls[2:])
     # What the worker got: HEAD's files, one install from ~/zhlm, the run with the args intact.
     assert (fake.home / "zhlm" / "setup.py").exists()
-    assert (fake.home / f".zhlm_installed_{HEAD}").exists()
+    assert (fake.home / f".zhlm_installed_{head}").exists()
     (pip,) = fake.worker("python3")
     assert pip["argv"] == ["-m", "pip", "install", "jax[tpu]", "-e", "."]
     assert pip["cwd"] == str(fake.home / "zhlm")
@@ -240,14 +233,14 @@ def test_creates_copies_installs_and_runs_on_every_worker(tmp_path):
 
 
 def test_ready_tpu_is_reused_and_installed_once(tmp_path):
-    fake = Fake(tmp_path, state="READY")
+    fake, head = Fake(tmp_path, state="READY"), _head()
     for _ in range(2):
         r = fake.launch(*BASIC, "--config=configs/bert.py:tiny", "--project=my-proj")
         assert r.returncode == 0, r.stderr
     assert fake.verbs() == ["describe", "scp", "ssh", "ssh", "ssh"] * 2
     assert all("--project=my-proj" in c for c in fake.calls())
     assert len(fake.worker("python3")) == 1  # the marker skips the second install
-    assert f"zhlm {HEAD} already installed" in r.stdout
+    assert f"zhlm {head} already installed" in r.stdout
     assert [e["argv"] for e in fake.worker("zhlm-pretrain")] == [
         [
             "--workdir=gs://bucket/run",
@@ -304,15 +297,14 @@ def test_repo_is_cloned_on_the_workers(tmp_path):
     assert r.returncode == 0, r.stderr
     assert fake.verbs() == ["describe", "create", "ssh", "ssh", "ssh"]
     assert "git clone" in _command(fake.calls()[2])
-    assert (fake.home / "zhlm" / ".git").is_dir()
-    assert (fake.home / f".zhlm_installed_{HEAD}").exists()
+    assert (fake.home / f".zhlm_installed_{_head(fake.home / 'zhlm')}").exists()
 
 
 def test_gcloud_env_var_names_the_binary(tmp_path):
     fake = Fake(tmp_path)
     other = tmp_path / "my-gcloud"
     shutil.move(fake.gcloud, other)
-    _executable(tmp_path / "bin" / "gcloud", "import sys; sys.exit('the wrong gcloud')")
+    _executable(tmp_path / "bin" / "gcloud", "echo 'the wrong gcloud' >&2; exit 97")
     r = fake.launch(*BASIC, GCLOUD=str(other))
     assert r.returncode == 0, r.stderr
     assert fake.verbs()[:2] == ["describe", "create"]
