@@ -48,8 +48,11 @@ def scale_by_adam(b1, b2, eps, bias_correction: bool) -> optax.GradientTransform
     ran without it; optax's own ``scale_by_adam`` always corrects)."""
 
     def init(params):
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        return AdamState(jnp.zeros([], jnp.int32), zeros, zeros)
+        # Two trees, not one used twice: a donated state must not alias its own buffers.
+        def zeros():
+            return jax.tree_util.tree_map(jnp.zeros_like, params)
+
+        return AdamState(jnp.zeros([], jnp.int32), zeros(), zeros())
 
     def update(updates, state, params=None):
         del params
