@@ -44,6 +44,7 @@ setuptools.setup(
     entry_points={
         "console_scripts": [
             "zhlm-convert=zhlm.cli.convert:run",
+            "zhlm-finetune=zhlm.cli.finetune:run",
             "zhlm-cmrc-eval=zhlm.cli.cmrc_eval:run",
             "zhlm-prepare=zhlm.cli.prepare:run",
             "zhlm-pretrain=zhlm.cli.pretrain:run",

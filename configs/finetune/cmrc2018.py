@@ -1,0 +1,39 @@
+"""CMRC 2018 span-extraction reading comprehension, as in Chinese-BERT-wwm and MacBERT.
+
+  zhlm-finetune --config=configs/finetune/cmrc2018.py --init=HF_OR_CKPT_DIR --workdir=/tmp/cmrc
+  zhlm-cmrc-eval /tmp/cmrc/eval_set.json /tmp/cmrc/predictions_dev.json
+
+The official training set is not offline, so the dev file is split by passage in file order:
+the first 80% of the 848 passages (678, with their questions) train, the last 20% (170)
+evaluate (``task.holdout=0.2``); no passage is in both. Scored with the official metric
+against all three references of each question. Max length 512, doc stride 128, query 64,
+answers up to 30 tokens (BERT's run_squad defaults), lr 3e-5, batch 32, 2 epochs.
+DRCD reads the same way: point ``task.train_file`` / ``task.dev_file`` at its SQuAD files.
+"""
+
+import os
+
+from zhlm.finetune.train import get_base_config
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
+
+
+def get_config(arg="base"):
+    config = get_base_config(arg)
+    config.task.update(
+        name="cmrc2018",
+        kind="mrc",
+        format="squad",
+        train_file=os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json"),
+        dev_file="",
+        holdout=0.2,
+        labels=(),
+        max_seq_length=512,
+        doc_stride=128,
+        max_query_length=64,
+        n_best_size=20,
+        max_answer_length=30,
+    )
+    config.optim.peak_lr = 3e-5
+    config.train.update(batch_size=32, epochs=2)
+    return config

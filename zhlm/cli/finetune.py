@@ -1,0 +1,42 @@
+"""``zhlm-finetune``: fine-tune a pretrained encoder on a classification, pair or MRC task.
+
+  zhlm-finetune --config=configs/finetune/chnsenticorp.py --init=HF_OR_CKPT_DIR --workdir=/tmp/ft
+  zhlm-finetune --config=configs/finetune/cmrc2018.py --init=/tmp/zhlm-bert --workdir=/tmp/cmrc \
+      --config.train.seeds=3 --config.optim.peak_lr=3e-5
+
+``--init`` is a Hugging Face folder, a zhlm parameter checkpoint (zhlm-convert's output) or a
+zhlm-pretrain workdir (its newest checkpoint); without it the encoder is random, with a warning.
+Kept thin: flags in, :func:`zhlm.finetune.train.finetune` runs and writes results.json.
+"""
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file.", lock_config=True)
+_INIT = flags.DEFINE_string("init", None, "HF folder, zhlm checkpoint or zhlm-pretrain workdir.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "results.json, predictions and the best params.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    from zhlm.convert import ConversionError
+    from zhlm.finetune.train import finetune
+
+    try:
+        finetune(_CONFIG.value, _INIT.value, _WORKDIR.value)
+    except (ValueError, FileNotFoundError, KeyError, ConversionError) as e:
+        sys.exit(f"zhlm-finetune: {e}")
+
+
+def run():
+    """Console-script entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,387 @@
+"""The fine-tuning tasks as data: read and split the files, featurize, and turn logits into answers.
+
+Three kinds share one model interface (fixed ``[N, max_seq_length]`` int32 arrays):
+
+* ``classification``: ``[CLS] text [SEP]``; ``pair``: ``[CLS] a [SEP] b [SEP]`` with segment ids
+  0/1, the longer text losing its last token first until the pair fits (BERT's
+  ``_truncate_seq_pair``).
+* ``mrc``: span extraction as in BERT's ``run_squad.py``: ``[CLS] question [SEP] window [SEP]``
+  with the question cut to ``max_query_length`` tokens and the context cut into windows that
+  start ``doc_stride`` tokens apart. A window that holds the whole answer is labelled with its
+  token span; the others point at ``[CLS]`` (position 0). Tokens carry their character span in
+  the context, so a predicted token span is cut straight out of the original text, whatever the
+  tokenizer normalised. Of the windows that share a token, the one giving it the most context on
+  both sides is the only one whose spans may start there (BERT's "max context").
+
+Why the split helpers: LCQMC and CMRC 2018 have no offline training file, so a config may hold
+out the *last* fraction of one file (records, or whole passages for MRC so that no passage is in
+both halves). Deterministic and documented in the config, so every run sees the same halves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from zhlm.data.tokenizer import WordPiece, default_vocab
+from zhlm.finetune import cmrc_metric, readers
+
+KINDS = ("classification", "pair", "mrc")
+# Reader name (config.task.format) -> (reader, whether it takes a label list).
+READERS = {
+    "sentence_tsv": (readers.read_sentence_tsv, True),
+    "pair_tsv": (readers.read_pair_tsv, True),
+    "pair_jsonl": (readers.read_pair_jsonl, True),
+    "squad": (readers.read_squad, False),
+}
+FORMATS = {"classification": ("sentence_tsv",), "pair": ("pair_tsv", "pair_jsonl")}
+FORMATS["mrc"] = ("squad",)
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def check_task(task) -> None:
+    """Fails with a message naming the key when kind and format do not fit together."""
+    if task.kind not in KINDS:
+        raise ValueError(f"config.task.kind={task.kind!r}; expected one of {', '.join(KINDS)}")
+    if task.format not in FORMATS[task.kind]:
+        raise ValueError(
+            f"config.task.format={task.format!r} cannot feed kind {task.kind!r} "
+            f"(use {' or '.join(FORMATS[task.kind])})"
+        )
+    if not 0.0 <= task.holdout < 1.0:
+        raise ValueError(f"config.task.holdout={task.holdout} must be in [0, 1)")
+    if bool(task.dev_file) == (task.holdout > 0):
+        raise ValueError("set exactly one of config.task.dev_file and config.task.holdout")
+
+
+def read_file(task, path: str):
+    """``(examples, report)`` of one file through the reader ``task.format`` names; the report
+    (every bad record with file and line) is printed."""
+    reader, takes_labels = READERS[task.format]
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    examples, report = reader(path, list(task.labels)) if takes_labels else reader(path)
+    print(report.summary(), flush=True)
+    return examples, report
+
+
+def read_task(task):
+    """``(train_examples, eval_examples, reports)``: the two files, or one file split by
+    ``task.holdout`` (see :func:`holdout_split`)."""
+    check_task(task)
+    train, report = read_file(task, task.train_file)
+    if task.holdout == 0:
+        evaluation, dev_report = read_file(task, task.dev_file)
+        return train, evaluation, [report, dev_report]
+    train, evaluation = holdout_split(train, task.holdout, by_passage=task.kind == "mrc")
+    return train, evaluation, [report]
+
+
+def holdout_split(examples: Sequence, holdout: float, by_passage: bool = False):
+    """The first ``1 - holdout`` of the records (or of the passages, in file order) train, the
+    rest evaluate. Nothing is shuffled: the split is the same on every machine."""
+    keys = [_passage(e) for e in examples] if by_passage else list(range(len(examples)))
+    groups = list(dict.fromkeys(keys))
+    cut = int(round(len(groups) * (1 - holdout)))
+    train_keys = set(groups[:cut])
+    train = [e for e, k in zip(examples, keys, strict=True) if k in train_keys]
+    rest = [e for e, k in zip(examples, keys, strict=True) if k not in train_keys]
+    return train, rest
+
+
+def _passage(example: readers.MrcExample):
+    return (example.title, example.context_id, example.context)
+
+
+def squad_json(examples: Sequence[readers.MrcExample]) -> dict:
+    """SQuAD v1 layout of ``examples`` (one paragraph per passage), the dataset file that
+    ``zhlm-cmrc-eval`` scores a predictions file against."""
+    paragraphs: dict = {}
+    for e in examples:
+        para = paragraphs.setdefault(_passage(e), {"id": e.context_id, "context": e.context})
+        answers = [
+            {"text": a.text, "answer_start": -1 if a.start is None else a.start} for a in e.answers
+        ]
+        para.setdefault("qas", []).append({"id": e.qid, "question": e.question, "answers": answers})
+    data = [{"title": key[0], "paragraphs": [para]} for key, para in paragraphs.items()]
+    return {"version": "v1.0", "data": data}
+
+
+def load_tokenizer(task, init: str | None = None) -> WordPiece:
+    """``task.vocab``, else the vocab ``init`` was trained with (a Hugging Face folder's
+    ``vocab.txt``, a pretraining workdir's ``data.vocab``), else Google's."""
+    vocab = task.vocab
+    if not vocab and init and os.path.isfile(os.path.join(init, "vocab.txt")):
+        vocab = os.path.join(init, "vocab.txt")
+    pretrain_config = os.path.join(init or "", "config.json")
+    if not vocab and init and os.path.isdir(os.path.join(init, "checkpoints")):
+        with open(pretrain_config, encoding="utf-8") as f:
+            data = json.load(f).get("data", {})
+        if data.get("tokenizer", "wordpiece") != "wordpiece":
+            raise ValueError(
+                f"{init} was pretrained with a {data['tokenizer']} tokenizer; fine-tuning reads "
+                "WordPiece vocabularies (set config.task.vocab to a vocab.txt)"
+            )
+        vocab = data.get("vocab", "")
+    return WordPiece(vocab or default_vocab(), task.lower_case)
+
+
+def special_ids(tokenizer) -> tuple[int, int, int]:
+    """``([CLS], [SEP], [PAD])`` ids of the vocab."""
+    return tuple(tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+
+
+# ------------------------------------------------------------------- classification features
+
+
+def truncate_pair(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
+    """Lengths after BERT's ``_truncate_seq_pair``: drop the last token of the longer text (of
+    ``b`` on a tie) until both fit in ``max_tokens``."""
+    while len_a + len_b > max_tokens:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def classification_features(examples, tokenizer, labels: Sequence[str], max_seq_length: int):
+    """``input_ids, token_type_ids, attention_mask`` [N,S] and ``label`` [N] for sentence or
+    pair examples (a pair has ``text_b``); label ids follow the order of ``labels``."""
+    cls, sep, pad = special_ids(tokenizer)
+    pair = bool(examples) and hasattr(examples[0], "text_b")
+    encoded_a = tokenizer.encode_batch([e.text_a if pair else e.text for e in examples])
+    encoded_b = tokenizer.encode_batch([e.text_b for e in examples]) if pair else None
+    n = len(examples)
+    ids = np.full((n, max_seq_length), pad, np.int32)
+    types = np.zeros((n, max_seq_length), np.int32)
+    mask = np.zeros((n, max_seq_length), np.int32)
+    label_index = {label: i for i, label in enumerate(labels)}
+    for row, a in enumerate(encoded_a):
+        if pair:
+            b = encoded_b[row].ids
+            len_a, len_b = truncate_pair(len(a.ids), len(b), max_seq_length - 3)
+            tokens = [cls, *a.ids[:len_a], sep, *b[:len_b], sep]
+            types[row, len_a + 2 : len(tokens)] = 1
+        else:
+            tokens = [cls, *a.ids[: max_seq_length - 2], sep]
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+    label = np.array([label_index[e.label] for e in examples], np.int32)
+    return dict(input_ids=ids, token_type_ids=types, attention_mask=mask, label=label)
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(np.argmax(logits, -1) == labels)) if len(labels) else 0.0
+
+
+# -------------------------------------------------------------------------------- MRC features
+
+
+@dataclasses.dataclass
+class MrcFeatures:
+    """One row per window. ``arrays`` go to the device (``start_position``/``end_position`` [F]
+    are the labels); the rest stays on the host to turn logits back into text."""
+
+    arrays: dict[str, np.ndarray]
+    example_index: np.ndarray  # [F] the example (question) each window belongs to
+    window_start: np.ndarray  # [F] first context token of the window
+    char_start: np.ndarray  # [F,S] first context character of each token; -1 outside the context
+    char_end: np.ndarray  # [F,S] one past its last character; -1 outside the context
+    max_context: np.ndarray  # [F,S] this window gives the token its most context (BERT)
+
+
+def doc_windows(num_tokens: int, window: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, length)`` of each window: ``stride`` apart, the last ending at the last token."""
+    spans, start = [], 0
+    while True:
+        length = min(window, num_tokens - start)
+        spans.append((start, length))
+        if start + length >= num_tokens:
+            return spans
+        start += min(length, stride)
+
+
+def max_context_window(spans: Sequence[tuple[int, int]], num_tokens: int) -> np.ndarray:
+    """For each token, the window where ``min(left, right context) + 0.01 * length`` is highest
+    (the first of equals), as BERT's ``_check_is_max_context``."""
+    best = np.zeros(num_tokens, np.int32)
+    best_score = np.full(num_tokens, -np.inf)
+    for w, (start, length) in enumerate(spans):
+        p = np.arange(start, start + length)
+        score = np.minimum(p - start, start + length - 1 - p) + 0.01 * length
+        better = score > best_score[p]
+        best[p[better]], best_score[p[better]] = w, score[better]
+    return best
+
+
+def answer_token_span(starts: np.ndarray, ends: np.ndarray, char_start: int, length: int):
+    """First and last token overlapping characters ``[char_start, char_start + length)``, or
+    None when no token does (an answer of only whitespace or control characters)."""
+    inside = np.flatnonzero((ends > char_start) & (starts < char_start + length))
+    return (int(inside[0]), int(inside[-1])) if len(inside) else None
+
+
+def mrc_features(
+    examples: Sequence[readers.MrcExample],
+    tokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    max_query_length: int,
+) -> MrcFeatures:
+    """Windows of every example; see the module docstring. Labels come from the first located
+    answer; an example without one is labelled ``[CLS]`` in every window (callers that train
+    leave such examples out)."""
+    questions = tokenizer.encode_batch([e.question for e in examples])
+    contexts = tokenizer.encode_batch([e.context for e in examples])
+    rows = []
+    for index, (example, q, c) in enumerate(zip(examples, questions, contexts, strict=True)):
+        q_ids = q.ids[:max_query_length]
+        room = max_seq_length - len(q_ids) - 3
+        if room <= 0:
+            raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context")
+        spans = doc_windows(len(c.ids), room, doc_stride)
+        best = max_context_window(spans, len(c.ids))
+        target = None
+        if example.located_answers:
+            answer = example.located_answers[0]
+            target = answer_token_span(c.starts, c.ends, answer.start, len(answer.text))
+        for w, span in enumerate(spans):
+            row = _window(tokenizer, q_ids, c, span, best == w, target, max_seq_length)
+            rows.append(dict(row, example_index=index, window_start=span[0]))
+    if not rows:
+        raise ValueError("no MRC examples to featurize")
+    stacked = {key: np.stack([r[key] for r in rows]) for key in _WINDOW_KEYS}
+    return MrcFeatures(
+        arrays={k: stacked[k] for k in _WINDOW_KEYS[:5]},
+        example_index=stacked["example_index"].astype(np.int32),
+        window_start=stacked["window_start"].astype(np.int32),
+        char_start=stacked["char_start"],
+        char_end=stacked["char_end"],
+        max_context=stacked["max_context"].astype(bool),
+    )
+
+
+_WINDOW_KEYS = (
+    "input_ids",
+    "token_type_ids",
+    "attention_mask",
+    "start_position",
+    "end_position",
+    "example_index",
+    "window_start",
+    "char_start",
+    "char_end",
+    "max_context",
+)
+
+
+def _window(tokenizer, q_ids, context, span, is_best, target, max_seq_length) -> dict:
+    """The arrays of one window ``[CLS] question [SEP] context[span] [SEP]``; ``is_best`` [T]
+    marks the context tokens whose max-context window this is, ``target`` the answer's token
+    span in the whole context (or None)."""
+    cls, sep, pad = special_ids(tokenizer)
+    start, length = span
+    offset = len(q_ids) + 2
+    tokens = [cls, *q_ids, sep, *context.ids[start : start + length], sep]
+    row = dict(
+        input_ids=np.full(max_seq_length, pad, np.int32),
+        token_type_ids=np.zeros(max_seq_length, np.int32),
+        attention_mask=np.zeros(max_seq_length, np.int32),
+        char_start=np.full(max_seq_length, -1, np.int32),
+        char_end=np.full(max_seq_length, -1, np.int32),
+        max_context=np.zeros(max_seq_length, np.int32),
+    )
+    row["input_ids"][: len(tokens)] = tokens
+    row["token_type_ids"][offset : len(tokens)] = 1
+    row["attention_mask"][: len(tokens)] = 1
+    inside = slice(offset, offset + length)
+    row["char_start"][inside] = context.starts[start : start + length]
+    row["char_end"][inside] = context.ends[start : start + length]
+    row["max_context"][inside] = is_best[start : start + length]
+    first = last = 0
+    if target is not None and start <= target[0] and target[1] < start + length:
+        first, last = target[0] - start + offset, target[1] - start + offset
+    row["start_position"], row["end_position"] = np.int32(first), np.int32(last)
+    return row
+
+
+# ------------------------------------------------------------------------------ MRC answers
+
+
+def best_spans(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    start_ok: np.ndarray,
+    end_ok: np.ndarray,
+    n_best_size: int,
+    max_answer_length: int,
+) -> list[tuple[float, int, int]]:
+    """The ``n_best_size`` best ``(start + end logit, start, end)`` spans of one window, best
+    first: starts among the ``n_best_size`` highest allowed start logits, ends likewise, with
+    ``start <= end < start + max_answer_length``. ``start_ok``/``end_ok`` say where a span may
+    start and end (context tokens; never the question, [CLS] or [SEP])."""
+    starts = _top(np.where(start_ok, start_logits, -np.inf), n_best_size)
+    ends = _top(np.where(end_ok, end_logits, -np.inf), n_best_size)
+    i, j = np.meshgrid(starts, ends, indexing="ij")
+    keep = (j >= i) & (j < i + max_answer_length)
+    i, j = i[keep], j[keep]
+    scores = start_logits[i] + end_logits[j]
+    order = np.argsort(-scores, kind="stable")[:n_best_size]
+    return [(float(scores[k]), int(i[k]), int(j[k])) for k in order]
+
+
+def _top(logits: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the ``n`` highest finite entries, highest first."""
+    order = np.argsort(-logits, kind="stable")[:n]
+    return order[np.isfinite(logits[order])]
+
+
+def predict_answers(
+    features: MrcFeatures,
+    examples: Sequence[readers.MrcExample],
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    n_best_size: int,
+    max_answer_length: int,
+) -> dict[str, str]:
+    """``{qid: answer}``: the best span over all windows of each question, cut out of its
+    original context; ``""`` where no window allows a span."""
+    best: dict[int, tuple[float, int, int, int]] = {}
+    for f, example in enumerate(features.example_index):
+        context = features.char_start[f] >= 0
+        spans = best_spans(
+            start_logits[f],
+            end_logits[f],
+            context & features.max_context[f],
+            context,
+            n_best_size,
+            max_answer_length,
+        )
+        if spans and (example not in best or spans[0][0] > best[example][0]):
+            best[example] = (*spans[0], f)
+    answers = {}
+    for index, example in enumerate(examples):
+        if index not in best:
+            answers[example.qid] = ""
+            continue
+        _, i, j, f = best[index]
+        answers[example.qid] = example.context[features.char_start[f, i] : features.char_end[f, j]]
+    return answers
+
+
+def mrc_score(examples: Sequence[readers.MrcExample], predictions: dict) -> cmrc_metric.CmrcScore:
+    """The official CMRC 2018 F1/EM of ``predictions`` against every answer of ``examples``."""
+    references = [(e.qid, [a.text for a in e.answers]) for e in examples]
+    return cmrc_metric.evaluate(references, predictions)
+
+
+def write_json(path: str, value) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False, indent=1)
