@@ -2,13 +2,17 @@
 
   python tools/reproduce_tables.py params            # ALBERT Table 1, parameter counts
   python tools/reproduce_tables.py masking --scale micro|mini|paper   # masking statistics
-  python tools/reproduce_tables.py TABLE --scale micro|mini|paper
+  python tools/reproduce_tables.py macbert_replacement --scale mini --workdir /tmp/tables
+  python tools/reproduce_tables.py roberta_inputs --scale paper        # prints the TPU commands
+  python tools/reproduce_tables.py albert_sharing --scale micro
 
-Each table is one function in ``TABLES``; the paper's figure stands beside ours.
+Each table is one function in ``TABLES``; the paper's figure stands beside ours. The three
+ablations pretrain and fine-tune (``tools/ablations.py``: what each scale runs); their runs are
+kept in ``--workdir`` and reused, so an interrupted ``mini`` table continues where it stopped.
+The table is printed and written to ``WORKDIR/TABLE-SCALE.md``.
 """
 
 import argparse
-import importlib.util
 import os
 import sys
 
@@ -16,6 +20,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import ablations  # noqa: E402
 
 from zhlm.models import build_model, count_params  # noqa: E402
 
@@ -34,10 +41,7 @@ PAPER = [
 def load_config(recipe, arg):
     """``configs/<recipe>.py:get_config(arg)``, as the command-line tools load it."""
     path = os.path.join(ROOT, "configs", f"{recipe}.py")
-    spec = importlib.util.spec_from_file_location(f"configs.{recipe}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return ablations.load_module(path, f"configs.{recipe}").get_config(arg)
 
 
 def _millions(n):
@@ -170,7 +174,25 @@ def masking_table(scale):
     return "\n".join(lines)
 
 
-TABLES = {"params": params_table, "masking": masking_table}
+def ablation_table(name):
+    """One of ``ablations.ABLATIONS``: trained at micro or mini, commands at paper scale."""
+
+    def run(scale, workdir):
+        text = ablations.paper_commands(name) if scale == "paper" else ""
+        if scale != "paper":
+            text = ablations.table(name, scale, workdir)
+        if name == "albert_sharing":
+            text = ablations.albert_params_table() + "\n\n" + text
+        return text
+
+    return run
+
+
+TABLES = {
+    "params": lambda scale, workdir: params_table(scale),
+    "masking": lambda scale, workdir: masking_table(scale),
+    **{name: ablation_table(name) for name in ablations.ABLATIONS},
+}
 
 
 def main(argv=None):
@@ -179,8 +201,17 @@ def main(argv=None):
     )
     parser.add_argument("table", choices=sorted(TABLES))
     parser.add_argument("--scale", choices=("micro", "mini", "paper"), default="micro")
+    parser.add_argument(
+        "--workdir",
+        default=os.path.join(os.path.expanduser("~"), ".cache", "zhlm", "tables"),
+        help="where the ablations' runs are kept and reused (default: ~/.cache/zhlm/tables)",
+    )
     args = parser.parse_args(argv)
-    print(TABLES[args.table](args.scale))
+    text = TABLES[args.table](args.scale, os.path.join(args.workdir, args.scale))
+    os.makedirs(args.workdir, exist_ok=True)
+    with open(os.path.join(args.workdir, f"{args.table}-{args.scale}.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

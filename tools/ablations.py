@@ -1,0 +1,511 @@
+"""The miniature ablations behind ``reproduce_tables.py``'s ``macbert_replacement``,
+``roberta_inputs`` and ``albert_sharing`` tables: pretrain one model per variant, fine-tune it on
+the downstream tasks over several seeds, and tabulate mean ± std beside the paper.
+
+Each variant is the recipe's own config (``configs/<recipe>.py``) with the few keys the ablation
+changes, so a table compares exactly what the paper compares and nothing else. A scale fixes
+how big everything is:
+
+* ``micro``: a few pretraining steps and a few dozen fine-tuning examples; it proves the whole
+  path (prepare → pretrain → fine-tune → metric → table) in CI and says nothing about orderings.
+* ``mini``: the tiny model (L2/H128) pretrained for 600 steps of 32 × 128 on the bundled People's
+  Daily sample plus ``corpus/clue_small_docs.txt``, then fine-tuned on subsets of the tasks with
+  3 seeds; CPU minutes per variant. At this size the downstream differences are mostly noise,
+  and the tables say so when the paper's ordering does not come out.
+* ``paper``: trains nothing; prints the commands and overrides for a TPU run at the papers'
+  scale (``run`` returns them instead of results).
+
+Runs are cached in the workdir: a finished pretraining (its final checkpoint) and a finished
+fine-tuning (its ``results.json``) are reused, so an interrupted ``mini`` run continues where it
+stopped. One pretraining per variant; the seeds vary the fine-tuning (head init, dropout, order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import itertools
+import json
+import os
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str  # row label and folder name
+    recipe: str  # configs/<recipe>.py
+    overrides: tuple  # (dotted config key, value) pairs applied to the recipe's config
+    paper: str = ""  # what the paper reports for this row
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    size: str  # model size of every variant
+    pretrain: dict  # config.train overrides for pretraining
+    corpora: tuple  # extra pretraining inputs (name, path) beside the bundled sample
+    finetune: dict  # config.train overrides for fine-tuning
+    lr: float  # fine-tuning peak learning rate (small models need more than base's 2e-5)
+    tasks: dict  # task -> config.task overrides
+
+
+MICRO_TASK = dict(max_seq_length=128)
+SCALES = {
+    "micro": Scale(
+        size="tiny",
+        pretrain=dict(
+            batch_size=8,
+            num_steps=8,
+            log_every=4,
+            eval_every=8,
+            eval_examples=16,
+            checkpoint_every=8,
+        ),
+        corpora=(),
+        finetune=dict(
+            batch_size=16,
+            epochs=1,
+            seeds=2,
+            max_train_examples=32,
+            max_eval_examples=32,
+            log_every=0,
+            save_best=False,
+        ),
+        lr=1e-4,
+        tasks={
+            "chnsenticorp": MICRO_TASK,
+            "ocnli": MICRO_TASK,
+            "cmrc2018": dict(max_seq_length=128, doc_stride=64, max_query_length=32),
+        },
+    ),
+    "mini": Scale(
+        size="tiny",
+        pretrain=dict(eval_every=300, eval_examples=256),  # the recipe's local 600 x 32 steps
+        corpora=(("clue", os.path.join(DATA, "corpus", "clue_small_docs.txt")),),
+        finetune=dict(
+            batch_size=32,
+            epochs=2,
+            seeds=3,
+            max_train_examples=2000,
+            max_eval_examples=1000,
+            log_every=0,
+            save_best=False,
+        ),
+        lr=1e-4,
+        tasks={
+            "chnsenticorp": dict(max_seq_length=128),
+            "ocnli": dict(max_seq_length=128),
+            "cmrc2018": dict(max_seq_length=256, doc_stride=128, max_query_length=32),
+        },
+    ),
+}
+# cmrc2018 counts questions; its mini subsets are smaller (each question makes several windows).
+MINI_CMRC = dict(max_train_examples=800, max_eval_examples=300)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ablation:
+    title: str
+    variants: tuple
+    tasks: tuple  # fine-tuning tasks, the first one decides the ordering check
+    paper_order: tuple = ()  # variant names best first, where the paper states an ordering
+    note: str = ""
+    paper_runs: dict = dataclasses.field(default_factory=dict)  # paper-scale train overrides
+
+
+REPLACEMENTS = ("mac", "random", "partial_mask", "all_mask")
+ABLATIONS = {
+    "macbert_replacement": Ablation(
+        title="MacBERT: the MLM replacement policy (Cui et al., 2020)",
+        variants=tuple(
+            Variant(
+                p,
+                "macbert",
+                # MacBERT's selection (whole-word n-grams) everywhere; 'correction' is that
+                # selection with similar-word replacement, 'ngram' the same with the others.
+                (("masking.scheme", "correction" if p == "mac" else "ngram"),)
+                + (("masking.replacement", p),),
+                paper=f"rank {i + 1}",
+            )
+            for i, p in enumerate(REPLACEMENTS)
+        ),
+        tasks=("cmrc2018", "chnsenticorp"),
+        paper_order=REPLACEMENTS,
+        note=(
+            "The paper plots the four policies (80% similar word / 90% random / 80% [MASK] "
+            "with 10% random / 90% [MASK], 10% kept in each) on CMRC 2018 and DRCD over "
+            "pretraining steps and finds mac > random > partial_mask > all_mask; the rank "
+            "column is that ordering (a figure: no numbers to quote)."
+        ),
+        paper_runs=dict(num_steps=1_000_000, batch_size=256),
+    ),
+    "roberta_inputs": Ablation(
+        title="RoBERTa Table 2: input format and NSP (Liu et al., 2019)",
+        variants=(
+            Variant(
+                "segment_pair+nsp",
+                "roberta_wwm",
+                (("data.format", "segment_pair"), ("model.sentence_head", "nsp")),
+                paper="SQuAD 1.1 90.4, MNLI-m 84.0, SST-2 92.9",
+            ),
+            Variant(
+                "full_sentences",
+                "roberta_wwm",
+                (("data.format", "full_sentences"),),
+                paper="SQuAD 1.1 90.4, MNLI-m 84.7, SST-2 92.5",
+            ),
+            Variant(
+                "doc_sentences",
+                "roberta_wwm",
+                (("data.format", "doc_sentences"),),
+                paper="SQuAD 1.1 90.6, MNLI-m 84.7, SST-2 92.7",
+            ),
+        ),
+        tasks=("cmrc2018", "ocnli", "chnsenticorp"),
+        note=(
+            "CMRC 2018, OCNLI and ChnSentiCorp stand in for SQuAD, MNLI and SST-2. Every row "
+            "uses whole-word masking (roberta_wwm); only the input format and the sentence "
+            "head change."
+        ),
+        paper_runs=dict(num_steps=1_000_000, batch_size=256),
+    ),
+    "albert_sharing": Ablation(
+        title="ALBERT Tables 3/4: cross-layer sharing and the embedding width (Lan et al., 2020)",
+        variants=(
+            Variant(
+                "not-shared, E=H",
+                "albert",
+                (("model.share_layers", "none"), ("model.embed_dim", 0)),
+                paper="E=768: 108M, avg 82.3 (Table 4)",
+            ),
+            Variant(
+                "not-shared, factorised E",
+                "albert",
+                (("model.share_layers", "none"),),
+                paper="E=128: 89M, avg 81.7 (Table 3)",
+            ),
+            Variant(
+                "all-shared, E=H",
+                "albert",
+                (("model.share_layers", "all"), ("model.embed_dim", 0)),
+                paper="E=768: 31M, avg 79.8 (Table 4)",
+            ),
+            Variant(
+                "all-shared, factorised E",
+                "albert",
+                (("model.share_layers", "all"),),
+                paper="E=128: 12M, avg 80.1 (Table 3)",
+            ),
+        ),
+        tasks=("cmrc2018", "ocnli", "chnsenticorp"),
+        note=(
+            "Factorised E is the recipe's E=128 at base size (H=768); in miniature (H=128) it "
+            "is E=32. CMRC 2018, OCNLI and ChnSentiCorp stand in for SQuAD, MNLI and SST-2."
+        ),
+        paper_runs=dict(num_steps=125_000, batch_size=4096),
+    ),
+}
+
+
+def load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _set(config, key: str, value) -> None:
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+
+
+def pretrain_config(variant: Variant, scale: Scale | None):
+    """The variant's config at ``scale`` (None: the recipe at base size, as in the papers)."""
+    module = load_module(os.path.join(ROOT, "configs", f"{variant.recipe}.py"), variant.recipe)
+    config = module.get_config(scale.size if scale else "base")
+    for key, value in variant.overrides:
+        _set(config, key, value)
+    if scale is None:
+        return config
+    if variant.recipe == "albert" and scale.size == "tiny" and config.model.embed_dim:
+        config.model.embed_dim = 32  # see the albert_sharing note
+    config.train.update(scale.pretrain)
+    config.optim.warmup_steps = config.train.num_steps // 10  # as local_scale does
+    if scale.corpora:
+        from zhlm.data import annotate, cache
+
+        bundled = os.path.abspath(annotate.resource(cache.BUNDLED_CORPUS))
+        config.data.input = (f"peoples_daily={bundled}",) + tuple(
+            f"{name}={path}" for name, path in scale.corpora
+        )
+    return config
+
+
+def finetune_config(task: str, scale_name: str):
+    scale = SCALES[scale_name]
+    path = os.path.join(ROOT, "configs", "finetune", f"{task}.py")
+    config = load_module(path, f"finetune_{task}").get_config(scale.size)
+    config.task.update(scale.tasks[task])
+    config.train.update(scale.finetune)
+    if task == "cmrc2018" and scale_name == "mini":
+        config.train.update(MINI_CMRC)
+    config.optim.peak_lr = scale.lr
+    return config
+
+
+def _pretrained(workdir: str, num_steps: int) -> bool:
+    """A finished pretraining: its newest checkpoint is the last step."""
+    folder = os.path.join(workdir, "checkpoints")
+    steps = [int(n) for n in os.listdir(folder) if n.isdigit()] if os.path.isdir(folder) else []
+    return bool(steps) and max(steps) >= num_steps
+
+
+def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: str) -> dict:
+    """Pretrains (or reuses) one variant and fine-tunes it on every task; returns
+    ``{"pretrain": held-out metrics, "minutes": ..., task: results.json}``."""
+    from zhlm.finetune.train import RESULTS, finetune
+    from zhlm.train import metrics
+    from zhlm.train.loop import train_and_evaluate
+
+    scale = SCALES[scale_name]
+    folder = os.path.join(workdir, _folder(variant))
+    pre = os.path.join(folder, "pretrain")
+    config = pretrain_config(variant, scale)
+    timing = _Timing(folder)
+    if not _pretrained(pre, config.train.num_steps):
+        with timing("pretrain"):
+            train_and_evaluate(config, pre)
+    evals = metrics.read(pre, "eval")
+    out = {"pretrain": evals[-1] if evals else {}, "params": _count(config)}
+    for task in ablation.tasks:
+        done = os.path.join(folder, task, RESULTS)
+        if os.path.isfile(done):
+            with open(done, encoding="utf-8") as f:
+                out[task] = json.load(f)
+        else:
+            with timing(task):
+                ft_config = finetune_config(task, scale_name)
+                out[task] = finetune(ft_config, pre, os.path.join(folder, task))
+    out["minutes"] = timing.total()
+    return out
+
+
+def _compilation_cache(workdir: str) -> None:
+    """XLA's persistent cache under the workdir: the variants' fine-tuning steps (and the
+    pretraining steps of variants that differ only in data) are the same programs, compiled
+    once across variants, tables and reruns."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "xla-cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def _folder(variant: Variant) -> str:
+    return "".join(c if c.isalnum() or c in "_+-" else "_" for c in variant.name)
+
+
+class _Timing:
+    """Minutes per stage in ``folder/minutes.json``, so that a resumed table still reports
+    what each cached stage took when it ran."""
+
+    def __init__(self, folder: str):
+        self.path = os.path.join(folder, "minutes.json")
+        self.minutes = {}
+        if os.path.isfile(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                self.minutes = json.load(f)
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str):
+        started = time.time()
+        yield
+        self.minutes[stage] = (time.time() - started) / 60
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "w", encoding="utf-8") as f:
+            json.dump(self.minutes, f, indent=1)
+
+    def total(self) -> float:
+        return sum(self.minutes.values())
+
+
+def _count(config) -> int:
+    from zhlm.models import build_model, count_params
+
+    return int(sum(count_params(build_model(config)).values()))
+
+
+def _cell(results: dict) -> str:
+    values = [s[results["metric"]] for s in results["seeds"]]
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f} (max {np.max(values):.1f})"
+
+
+TASK_TITLES = {"cmrc2018": "CMRC 2018 F1", "ocnli": "OCNLI acc", "chnsenticorp": "ChnSentiCorp acc"}
+
+
+def table(name: str, scale_name: str, workdir: str) -> str:
+    """Runs the ablation ``name`` at ``scale_name`` (micro or mini) and returns Markdown."""
+    ablation = ABLATIONS[name]
+    _compilation_cache(workdir)
+    workdir = os.path.join(workdir, name)
+    rows = {v.name: run_variant(v, ablation, scale_name, workdir) for v in ablation.variants}
+    scale = SCALES[scale_name]
+    first = rows[ablation.variants[0].name]
+    seeds = len(first[ablation.tasks[0]]["seeds"])
+    lines = [
+        f"### {ablation.title}, {scale_name} scale",
+        "",
+        f"{scale.size} model; pretraining {_pretrain_words(ablation, scale)}; fine-tuning "
+        f"{seeds} seeds, mean ± std over seeds (and the max) on the held-out split of each task.",
+        "",
+        "| variant | paper | parameters | held-out MLM acc | "
+        + " | ".join(TASK_TITLES[t] for t in ablation.tasks)
+        + " | minutes |",
+        "|---" * (5 + len(ablation.tasks)) + "|",
+    ]
+    for variant in ablation.variants:
+        r = rows[variant.name]
+        mlm = r["pretrain"].get("mlm_accuracy")
+        lines.append(
+            f"| {variant.name} | {variant.paper or '-'} | {r['params'] / 1e6:.2f}M | "
+            + (f"{100 * mlm:.1f}%" if mlm is not None else "-")
+            + " | "
+            + " | ".join(_cell(r[t]) for t in ablation.tasks)
+            + f" | {r['minutes']:.1f} |"
+        )
+    lines += ["", ablation.note]
+    for task in ablation.tasks:
+        majority = first[task].get("majority_rate")
+        if majority is not None:
+            lines.append(f"{TASK_TITLES[task]}: the majority class is {majority:.1f}%.")
+    if ablation.paper_order:
+        lines.append(_ordering(ablation, rows))
+    if scale_name == "micro":
+        lines.append("Micro scale checks the pipeline only; its numbers carry no ordering.")
+    return "\n".join(lines)
+
+
+def _pretrain_words(ablation: Ablation, scale: Scale) -> str:
+    config = pretrain_config(ablation.variants[0], scale)
+    corpora = " + ".join(["the bundled People's Daily sample", *(n for n, _ in scale.corpora)])
+    return (
+        f"{config.train.num_steps} steps of {config.train.batch_size} x "
+        f"{config.data.max_seq_length} on {corpora}"
+    )
+
+
+def _ordering(ablation: Ablation, rows: dict) -> str:
+    parts = []
+    for task in ablation.tasks:
+        means = {
+            v: np.mean([s[rows[v][task]["metric"]] for s in rows[v][task]["seeds"]])
+            for v in ablation.paper_order
+        }
+        ours = sorted(ablation.paper_order, key=lambda v: -means[v])
+        ranked = [
+            f" {'=' if np.isclose(means[a], means[b]) else '>'} {b}"
+            for a, b in zip(ours, ours[1:], strict=False)
+        ]
+        strict = [means[a] > means[b] for a, b in itertools.pairwise(ablation.paper_order)]
+        verdict = "reproduces" if all(strict) else "does not reproduce"
+        parts.append(f"{TASK_TITLES[task]}: ours {ours[0]}{''.join(ranked)} ({verdict} it)")
+    order = " > ".join(ablation.paper_order)
+    return f"The paper's ordering is {order}. Ordering by mean: " + "; ".join(parts) + "."
+
+
+def paper_commands(name: str) -> str:
+    """The ``paper`` scale: the exact commands of every run of the ablation at base size."""
+    ablation = ABLATIONS[name]
+    lines = [
+        f"### {ablation.title}: commands at the paper's scale",
+        "",
+        "Each distinct dataset is prepared once from your corpus, then every run goes to a "
+        "TPU VM or pod slice (`launch_tpu.sh ... -- <zhlm-pretrain flags>` for pretraining):",
+        "",
+        "```bash",
+    ]
+    train = " ".join(f"--config.train.{k}={v}" for k, v in ablation.paper_runs.items())
+    prepared = set()
+    for variant in ablation.variants:
+        folder = _folder(variant)
+        flags = " ".join(f"--config.{k}={v}" for k, v in variant.overrides)
+        data_flags = " ".join(
+            f"--config.{k}={v}" for k, v in variant.overrides if k.startswith("data.")
+        )
+        config = pretrain_config(variant, None)
+        data = f"gs://BUCKET/data/{variant.recipe}-{config.data.format}"
+        if data not in prepared:
+            prepared.add(data)
+            lines.append(
+                f"zhlm-prepare --config=configs/{variant.recipe}.py:base {data_flags} "
+                f"--input='gs://BUCKET/corpus/*.txt' --data_dir={data}".replace("  ", " ")
+            )
+        work = f"gs://BUCKET/{name}/{folder}"
+        lines.append(
+            f"zhlm-pretrain --config=configs/{variant.recipe}.py:base --workdir={work} "
+            f"--config.data.data_dir={data} {train} {flags}"
+        )
+        for task in ablation.tasks:
+            lines.append(
+                f"zhlm-finetune --config=configs/finetune/{task}.py --init={work} "
+                f"--workdir={work}/{task} --config.train.seeds=10"
+            )
+    lines += [
+        "```",
+        "",
+        "Base size (L12/H768), the recipe's optimizer and masking, the papers' step counts and "
+        "batch sizes; 10 fine-tuning seeds as Chinese-BERT-wwm and MacBERT report (max and "
+        "mean). " + ablation.note,
+    ]
+    return "\n".join(lines)
+
+
+# ALBERT Tables 3 and 4 (ALBERT-base, 30k vocabulary): (sharing, E) -> published parameters.
+ALBERT_PARAMS = {
+    ("none", 64): 87e6,
+    ("none", 128): 89e6,
+    ("none", 256): 93e6,
+    ("none", 768): 108e6,
+    ("all", 64): 10e6,
+    ("all", 128): 12e6,
+    ("all", 256): 16e6,
+    ("all", 768): 31e6,
+    ("attention", 128): 64e6,
+    ("attention", 768): 83e6,
+    ("ffn", 128): 38e6,
+    ("ffn", 768): 57e6,
+}
+
+
+def albert_params_table() -> str:
+    """Every parameter count of ALBERT Tables 3/4 from ``jax.eval_shape`` of our ALBERT-base
+    (the full pretraining model, as the paper counts it), with the published figure."""
+    lines = [
+        "### ALBERT Tables 3/4 parameters (ALBERT-base, L12/H768, 30k vocabulary)",
+        "",
+        "| sharing | E | paper | ours | difference |",
+        "|---|---|---|---|---|",
+    ]
+    module = load_module(os.path.join(ROOT, "configs", "albert.py"), "albert")
+    for (share, width), paper in ALBERT_PARAMS.items():
+        config = module.get_config("base")
+        config.model.update(vocab_size=30000, share_layers=share)
+        config.model.embed_dim = 0 if width == 768 else width  # E=H: no projection
+        ours = _count(config)
+        lines.append(
+            f"| {share} | {width} | {paper / 1e6:.0f}M | {ours / 1e6:.2f}M "
+            f"| {100 * (ours - paper) / paper:+.1f}% |"
+        )
+    lines += [
+        "",
+        "The paper rounds to the nearest million. E=768 equals H: no factorisation and no E->H",
+        "projection, as in BERT; 'attention' / 'ffn' share only those sublayers across layers.",
+    ]
+    return "\n".join(lines)
