@@ -7,7 +7,8 @@
 #   1. describe the TPU; create it if it is missing, delete and re-create it if PREEMPTED or
 #      TERMINATED (a new VM resumes from the workdir's checkpoints, so --workdir should be gs://);
 #   2. copy this checkout's HEAD (git archive, scp) or clone --repo to ~/zhlm on every worker;
-#   3. pip install 'jax[tpu]' -e . once per worker and commit (marker ~/.zhlm_installed_COMMIT);
+#   3. pip install 'jax[tpu]' -e '.[gcs]' once per worker and commit (marker
+#      ~/.zhlm_installed_COMMIT; the gcs extra lets zhlm write the gs:// workdir);
 #   4. run zhlm-pretrain --config.train.distributed=True on every worker, logs to the terminal
 #      and to $ZHLM_LAUNCH_LOGS/NAME-TIMESTAMP.log (default launch_logs/);
 #   5. if that fails and the TPU is now PREEMPTED, go back to 1 (at most --max-restarts times);
@@ -128,7 +129,7 @@ else
 fi
 install="c=$commit_expr && if [ -e ~/.zhlm_installed_\$c ]; then"
 install+=" echo \"zhlm \$c already installed on \$(hostname)\"; else cd ~/zhlm"
-install+=" && python3 -m pip install 'jax[tpu]' -e . && touch ~/.zhlm_installed_\$c; fi"
+install+=" && python3 -m pip install 'jax[tpu]' -e '.[gcs]' && touch ~/.zhlm_installed_\$c; fi"
 # ml_collections wants --config before any --config.* override: distributed=True goes last.
 pretrain=(--workdir="$workdir")
 [ -z "$config" ] || pretrain+=(--config="$config")

@@ -19,14 +19,16 @@ setuptools.setup(
     install_requires=[
         "absl-py",
         "array-record",
+        "etils[epath]",  # local and gs:// paths alike (zhlm.paths)
         "flax>=0.10",
         "importlib_resources",  # TFDS imports it for builders that live inside a package
         "jax>=0.5",
-        "jieba",
+        "jieba",  # POS tags for ERNIE's units (jieba.posseg)
         "ml-collections",
         "numpy",
         "opencc-python-reimplemented",
         "optax",
+        "rjieba",  # jieba's word segmentation in Rust (zhlm.data.words)
         "orbax-checkpoint",
         "safetensors",
         "sentencepiece",
@@ -37,9 +39,11 @@ setuptools.setup(
     ],
     extras_require={
         # torch is deliberately absent: install the CPU build first (see README).
-        "test": ["pytest", "transformers"],
+        "test": ["pytest", "transformers", "apache-beam"],  # beam: tests/test_data_beam.py
         # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare --beam_runner).
         "beam": ["apache-beam"],
+        # gs:// workdirs and checkpoints (zhlm.paths; launch_tpu.sh installs it on the workers).
+        "gcs": ["gcsfs"],
     },
     entry_points={
         "console_scripts": [

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from etils import epath
 
 from tests.helpers import load_config
 from zhlm.data import builder
@@ -27,10 +28,10 @@ def test_beam_direct_runner_output_identical(tmp_path):
     config = load_config("macbert", "tiny")
     config.data.shard_mb = 0.05
     inputs = [str(tmp_path / "*.txt")]
-    local, _ = builder.prepare(
+    local, local_report = builder.prepare(
         config.data, config.recipe, inputs, str(tmp_path / "mp"), 2, progress=False
     )
-    beam, _ = builder.prepare(
+    beam, beam_report = builder.prepare(
         config.data,
         config.recipe,
         inputs,
@@ -43,3 +44,13 @@ def test_beam_direct_runner_output_identical(tmp_path):
     for i in range(len(a)):
         x, y = a[i], b[i]
         assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x), i
+    # The report too: merged on the workers, read back, in the metadata and in report.txt.
+    want, got = local_report.to_dict(), beam_report.to_dict()
+    assert got["counts"]["instances"] == len(b) and got["counts"]["documents"] > 50
+    for key in ("counts", "reasons", "per_source"):
+        assert got[key] == want[key], key
+    assert sorted(got["messages"]) == sorted(want["messages"])
+    assert beam.info.metadata["report"]["counts"] == want["counts"]
+    assert not list((tmp_path / "beam").rglob("beam-report-*"))  # read back and removed
+    head = local_report.format().split("examples:")[0]  # message order may differ
+    assert (epath.Path(beam.data_dir) / "report.txt").read_text().startswith(head)

@@ -194,7 +194,7 @@ def test_dry_run_prints_every_command_and_calls_no_gcloud(tmp_path):
     assert all("--worker=all" in c for c in printed if c[0] == "gcloud" and c[4] in ("scp", "ssh"))
     install, train = _command(printed[-2]), _command(printed[-1])
     assert f"c={head} " in install and "~/.zhlm_installed_$c" in install
-    assert "pip install 'jax[tpu]' -e ." in install
+    assert "pip install 'jax[tpu]' -e '.[gcs]'" in install
     assert "cd ~/zhlm && zhlm-pretrain " in train
     assert shlex.split(train.split("zhlm-pretrain ", 1)[1]) == EXPECTED_ARGV
 
@@ -222,7 +222,7 @@ def test_creates_copies_installs_and_runs_on_every_worker(tmp_path):
     assert (fake.home / "zhlm" / "setup.py").exists()
     assert (fake.home / f".zhlm_installed_{head}").exists()
     (pip,) = fake.worker("python3")
-    assert pip["argv"] == ["-m", "pip", "install", "jax[tpu]", "-e", "."]
+    assert pip["argv"] == ["-m", "pip", "install", "jax[tpu]", "-e", ".[gcs]"]
     assert pip["cwd"] == str(fake.home / "zhlm")
     (run,) = fake.worker("zhlm-pretrain")
     assert run["argv"] == EXPECTED_ARGV and run["cwd"] == str(fake.home / "zhlm")

@@ -2,7 +2,9 @@
 
 Peer: transformers' PyTorch ``BertForPreTraining`` (MLM + NSP, AdamW), same dims, batch, number
 of masked tokens and threads. Each side runs in its own child process, one after the other, so
-neither competes for the cores and each one's peak RSS is its own. Printed:
+neither competes for the cores and each one's peak RSS is its own; the sides alternate for
+``--rounds`` rounds and each keeps its fastest (the same machine drifts by 30% over minutes
+here, which a single A-then-B pair turns into a false ratio). Printed:
 
 - tokens/s of both and the ratio for L2/H128 32x128 fp32, L12/H768 8x128 fp32, and the same
   base model in bf16 (zhlm ``model.dtype=bfloat16``, fp32 master weights; the peer under
@@ -188,6 +190,22 @@ def _child(what, case="", reps=5, timeout=None):
     return json.loads(run.stdout.split("RESULT")[-1])
 
 
+def _best(runs):
+    done = [r for r in runs if r is not None]
+    return min(done, key=lambda r: r["seconds"]) if done else None
+
+
+def _rounds(name, args):
+    """Both sides ``args.rounds`` times, alternating, each side's fastest run kept: on a shared
+    machine other work only ever slows a run down, and alternating spreads its bursts evenly."""
+    ours, peer = [], []
+    for _ in range(args.rounds):
+        ours.append(_child("jax", name, args.reps))
+        if not peer or peer[-1] is not None:  # a peer that timed out is not run again
+            peer.append(_child("torch", name, args.reps, timeout=args.peer_timeout))
+    return _best(ours), _best(peer)
+
+
 def run(args):
     import jax
 
@@ -197,8 +215,7 @@ def run(args):
     results = {}
     for name in args.cases:
         case = CASES[name]
-        ours = _child("jax", name, args.reps)
-        peer = _child("torch", name, args.reps, timeout=args.peer_timeout)
+        ours, peer = _rounds(name, args)
         results[name] = ours
         tokens = case["batch"] * case["seq"]
         if peer is None:  # e.g. bf16 autocast on a CPU without native bf16 matmuls
@@ -213,7 +230,7 @@ def run(args):
             flush=True,
         )
     if "base-fp32" in results:
-        peak = _child("peak")["flops_per_second"]
+        peak = max(_child("peak")["flops_per_second"] for _ in range(args.rounds))
         mfu = results["base-fp32"]["flops_per_second"] / peak
         print(
             f"\nbase fp32 step: {results['base-fp32']['flops_per_second'] / 1e9:.1f} GFLOP/s of "
@@ -228,6 +245,7 @@ def add_parsers(sub):
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument("--reps", type=int, default=5, help="timed steps per side (median)")
     p.add_argument("--peer-timeout", type=int, default=900, help="seconds before giving up on HF")
+    p.add_argument("--rounds", type=int, default=2, help="alternating runs per side (fastest kept)")
     w = sub.add_parser("train-worker", help="(internal) one measurement of `train`")
     w.add_argument("what", help="jax, torch, peak, compile-N")
     w.add_argument("--case", default="")

@@ -3,8 +3,9 @@
 Why a cache keyed by content: ``zhlm-pretrain`` with no data options must train at once on the
 corpus bundled in zhlm, and a second run (or a resumed one) must read the very same records, so
 the dataset is prepared on the first run and found afterwards. The key is the recipe, every
-data option and each input file's path, size and modification time: changing any of them
-prepares a new dataset instead of silently training on a stale one.
+data option, each input file's path, size and modification time, and the builder's VERSION
+(what the pipeline makes of them): changing any of them prepares a new dataset instead of
+silently training on a stale one.
 
 ``config.data.data_dir`` set: the dataset is read there (``zhlm-prepare --data_dir``); if it is
 missing and ``config.data.input`` names inputs, it is prepared there first. Multi-host: process
@@ -42,7 +43,8 @@ def _digest(config, inputs) -> str:
         for path in sorted(glob.glob(os.path.expanduser(pattern.rpartition("=")[2]))):
             st = os.stat(path)
             files.append((pattern, os.path.abspath(path), st.st_size, st.st_mtime_ns))
-    blob = json.dumps([config.recipe, data, files], sort_keys=True, default=list)
+    version = str(builder.ZhlmPretrain.VERSION)  # what the pipeline makes of the same files
+    blob = json.dumps([config.recipe, data, files, version], sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

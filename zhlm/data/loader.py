@@ -23,10 +23,10 @@ import numpy as np
 
 def dataset_dir(data_dir: str, config) -> str:
     """Where ``zhlm-prepare`` wrote the dataset for this config."""
-    from zhlm.data.builder import builder_config_name
+    from zhlm.data.builder import ZhlmPretrain, builder_config_name
 
     name = builder_config_name(config.data, config.recipe)
-    return os.path.join(data_dir, "zhlm_pretrain", name, "1.0.0")
+    return os.path.join(data_dir, "zhlm_pretrain", name, str(ZhlmPretrain.VERSION))
 
 
 def parse_mixture(mixture: str, sizes: dict) -> dict:

@@ -18,13 +18,13 @@ one big file; a gzip file is one shard (it cannot be seeked).
 
 import collections
 import dataclasses
-import glob
 import gzip
 import json
-import os
 import re
 import zlib
 from collections.abc import Iterator
+
+from zhlm import paths
 
 # Full-width ASCII (U+FF01..U+FF5E) maps to ASCII by subtracting 0xFEE0, except the clause and
 # sentence punctuation Chinese text is written with: those stay full-width so the text keeps
@@ -84,12 +84,31 @@ class Report:
         self.messages.extend(other.messages)
         return self
 
+    def to_dict(self) -> dict:
+        """JSON-ready (the dataset's metadata, and the Beam workers' per-split reports)."""
+        return {
+            "counts": dict(self.counts),
+            "reasons": dict(self.reasons),
+            "per_source": {k: dict(v) for k, v in self.per_source.items()},
+            "messages": list(self.messages),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        return cls(
+            collections.Counter(d["counts"]),
+            collections.Counter(d["reasons"]),
+            {k: collections.Counter(v) for k, v in d["per_source"].items()},
+            list(d["messages"]),
+        )
+
     def format(self) -> str:
         lines = ["counts:"] + [f"  {k}: {v:,}" for k, v in sorted(self.counts.items())]
         lines += ["repaired or skipped, by reason:"]
         lines += [f"  {k}: {v:,}" for k, v in sorted(self.reasons.items())] or ["  (none)"]
         for source, counter in sorted(self.per_source.items()):
-            lines.append(f"source {source}: " + ", ".join(f"{k} {v:,}" for k, v in counter.items()))
+            counts = sorted(counter.items())  # the order shards merged in must not show
+            lines.append(f"source {source}: " + ", ".join(f"{k} {v:,}" for k, v in counts))
         lines += ["examples:"] + [f"  {m}" for m in self.messages[:30]] if self.messages else []
         return "\n".join(lines)
 
@@ -110,12 +129,12 @@ def expand_inputs(patterns, report: Report, shard_bytes: int) -> list[Shard]:
     shards = []
     for pattern in patterns:
         source, _, glob_ = pattern.rpartition("=") if "=" in pattern else ("", "", pattern)
-        paths = sorted(p for p in glob.glob(os.path.expanduser(glob_)) if os.path.isfile(p))
-        if not paths:
+        files = paths.glob_files(glob_)  # local, or gs:// (zhlm.paths)
+        if not files:
             report.reason("empty_glob", message=f"{glob_!r} matched no files")
             continue
-        for path in paths:
-            size = os.path.getsize(path)
+        for path in files:
+            size = paths.size(path)
             if path.endswith(".gz") or size <= shard_bytes:
                 shards.append(Shard(source or "train", path))
             else:
@@ -140,13 +159,13 @@ def _raw_lines(shard: Shard, report: Report) -> Iterator[bytes]:
     until the first line starting at or after ``end``; the caller finishes the document."""
     if shard.path.endswith(".gz"):
         try:
-            with gzip.open(shard.path, "rb") as f:
+            with paths.open_binary(shard.path) as raw, gzip.open(raw, "rb") as f:
                 yield from f
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
             # Keep what was read: the documents before the damage are good.
             report.reason("truncated_gzip", message=f"{shard.path}: {e}; kept the text before it")
         return
-    with open(shard.path, "rb") as f:
+    with paths.open_binary(shard.path) as f:
         if shard.start > 0:
             f.seek(shard.start - 1)
             f.readline()  # finish the line the previous shard owns
@@ -159,7 +178,7 @@ def _raw_lines(shard: Shard, report: Report) -> Iterator[bytes]:
 def _previous_line_blank(path: str, pos: int) -> bool:
     if pos == 0:
         return True
-    with open(path, "rb") as f:
+    with paths.open_binary(path) as f:
         f.seek(max(0, pos - 4096))
         before = f.read(pos - max(0, pos - 4096))
     return not before[:-1].rsplit(b"\n", 1)[-1].strip()

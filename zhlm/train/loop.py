@@ -18,7 +18,6 @@ What it guarantees:
 """
 
 import contextlib
-import os
 import signal
 import time
 
@@ -26,7 +25,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from zhlm import objectives
+from zhlm import objectives, paths
 from zhlm.data import cache
 from zhlm.data import loader as data_loader
 from zhlm.train import metrics as metrics_lib
@@ -142,10 +141,10 @@ def train_and_evaluate(config, workdir: str):
     """Trains ``config`` in ``workdir`` (resuming what is there); returns the final state."""
     initialize_distributed(config.train)
     lead = jax.process_index() == 0
-    os.makedirs(workdir, exist_ok=True)
+    root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
+    root.mkdir(parents=True, exist_ok=True)
     if lead:
-        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(config.to_json(indent=2))
+        (root / "config.json").write_text(config.to_json(indent=2))
     path = cache.ensure_dataset(config, progress=lead)
     loader = data_loader.from_config(path, config)
     trainer = make_trainer(config)

@@ -14,6 +14,9 @@ counted (it is the hardware FLOPs, not the model FLOPs, that it adds).
 
 import json
 import os
+import time
+
+from zhlm import paths
 
 # bf16 dense peak per JAX device (one chip), from Google's Cloud TPU pages.
 PEAK_FLOPS = {
@@ -49,33 +52,54 @@ def train_flops_per_sequence(model_config, seq_len: int, predictions: int) -> fl
 
 
 class Writer:
-    """Appends metric lines to ``metrics.jsonl`` and TensorBoard (process 0 only)."""
+    """Appends metric lines to ``metrics.jsonl`` and TensorBoard (process 0 only).
 
-    def __init__(self, workdir: str, enabled: bool = True):
+    Cloud storage has no append: there the file's lines are kept and the whole file rewritten,
+    at most every ``remote_flush_seconds`` and on ``close`` (the loop closes it on preemption).
+    """
+
+    def __init__(self, workdir: str, enabled: bool = True, remote_flush_seconds: float = 30.0):
         self.enabled = enabled
-        self.path = os.path.join(workdir, "metrics.jsonl")
+        self.path = paths.resolve(workdir) / "metrics.jsonl"
+        self._remote = paths.is_remote(self.path)
+        self._lines, self._flushed, self._every = [], time.monotonic(), remote_flush_seconds
         self._tb = None
-        if enabled:
-            from tensorboardX import SummaryWriter
+        if not enabled:
+            return
+        if self._remote and self.path.exists():  # a resumed run continues the same file
+            self._lines = self.path.read_text().splitlines(keepends=True)
+        from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        self._tb = SummaryWriter(os.fspath(self.path.parent / "tensorboard"))
 
     def write(self, step: int, split: str, scalars: dict):
         if not self.enabled:
             return
         line = {"step": int(step), "split": split, **{k: float(v) for k, v in scalars.items()}}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        text = json.dumps(line) + "\n"
+        if self._remote:
+            self._lines.append(text)
+            if time.monotonic() - self._flushed >= self._every:
+                self._flush()
+        else:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(text)
         for key, value in scalars.items():
             self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
         self._tb.flush()
 
+    def _flush(self):
+        self.path.write_text("".join(self._lines))
+        self._flushed = time.monotonic()
+
     def close(self):
+        if self._remote and self.enabled:
+            self._flush()
         if self._tb is not None:
             self._tb.close()
 
 
 def read(workdir: str, split: str = "train") -> list[dict]:
     """The metric lines of ``split`` in ``workdir``'s metrics.jsonl (for tests and tools)."""
-    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-        return [line for line in map(json.loads, f) if line["split"] == split]
+    text = (paths.resolve(workdir) / "metrics.jsonl").read_text()
+    return [line for line in map(json.loads, text.splitlines()) if line["split"] == split]

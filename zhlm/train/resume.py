@@ -10,13 +10,14 @@ Saves are asynchronous (orbax copies the arrays to host memory before ``save`` r
 next step may reuse the donated buffers), keep the last ``config.train.keep_checkpoints``.
 """
 
-import os
-
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 from flax import traverse_util
+
+from zhlm import paths
 
 CHECKPOINTS = "checkpoints"
 
@@ -25,9 +26,7 @@ def manager(workdir: str, config) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(
         max_to_keep=config.train.keep_checkpoints, create=True, enable_async_checkpointing=True
     )
-    return ocp.CheckpointManager(
-        os.path.join(os.path.abspath(workdir), CHECKPOINTS), options=options
-    )
+    return ocp.CheckpointManager(paths.resolve(workdir) / CHECKPOINTS, options=options)
 
 
 def save(mngr, state, loader_state: dict, force: bool = False):
@@ -62,9 +61,9 @@ def restore_latest(mngr, trainer):
 
 def _move_aside(mngr, step):
     if jax.process_index() == 0:
-        src = os.path.join(str(mngr.directory), str(step))
-        if os.path.isdir(src):
-            os.replace(src, os.path.join(str(mngr.directory), f"corrupt-{step}"))
+        src = epath.Path(mngr.directory) / str(step)
+        if src.is_dir():
+            src.rename(src.parent / f"corrupt-{step}")
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
