@@ -137,3 +137,20 @@ def test_corpus_inputs_on_storage_read_like_local_files(gcs, tmp_path):
         )[0].path
         == "gs://bucket/corpus/a.txt"
     )
+
+
+def test_dataset_cache_key_sees_a_changed_input_in_a_bucket(gcs):
+    """Inputs in a bucket are part of the cache key, as local ones are: a changed file must
+    prepare a new dataset, not reuse the stale one."""
+    from tests.helpers import load_config
+    from zhlm.data import cache
+
+    corpus = epath.Path("gs://bucket/corpus/a.txt")
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    corpus.write_text("第一句。\n\n第二句。\n")
+    config = load_config("bert", "tiny")
+    inputs = ("train=gs://bucket/corpus/*.txt",)
+    before = cache._digest(config, inputs)
+    assert cache._digest(config, inputs) == before
+    corpus.write_text("第一句。\n\n第二句，改了。\n")
+    assert cache._digest(config, inputs) != before

@@ -156,17 +156,13 @@ def prepare_bench(args):
     import tempfile
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import importlib.util
+    from ablations import load_module
 
     from zhlm.data import builder, words
 
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     data = os.path.join(root, "..", "shared", "data", "corpus")
-    spec = importlib.util.spec_from_file_location(
-        "recipe", os.path.join(root, "configs", f"{args.recipe}.py")
-    )
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
+    recipe = load_module(os.path.join(root, "configs", f"{args.recipe}.py"), args.recipe)
     config = recipe.get_config("tiny")
     config.data.shard_mb = args.shard_mb
     tmp = tempfile.mkdtemp(prefix="zhlm-bench-")

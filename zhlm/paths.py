@@ -38,6 +38,15 @@ def glob_files(pattern: str) -> list[str]:
     return sorted(os.fspath(p) for p in matches if p.is_file())
 
 
+def fingerprint(path: str) -> tuple:
+    """``(size, modification time)`` of a file: what tells a changed input from the same one."""
+    if not is_remote(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    st = epath.Path(path).stat()
+    return st.length, st.mtime
+
+
 def size(path: str) -> int:
     return os.path.getsize(path) if not is_remote(path) else epath.Path(path).stat().length
 

@@ -12,13 +12,13 @@ missing and ``config.data.input`` names inputs, it is prepared there first. Mult
 0 prepares, the others wait at a barrier and then need to see the same directory.
 """
 
-import glob
 import hashlib
 import json
 import os
 
 from etils import epath
 
+from zhlm import paths
 from zhlm.data import annotate, builder
 from zhlm.data.loader import dataset_dir
 
@@ -40,9 +40,8 @@ def _digest(config, inputs) -> str:
     data = {k: v for k, v in config.data.to_dict().items() if k not in ("data_dir", "input")}
     files = []
     for pattern in inputs:
-        for path in sorted(glob.glob(os.path.expanduser(pattern.rpartition("=")[2]))):
-            st = os.stat(path)
-            files.append((pattern, os.path.abspath(path), st.st_size, st.st_mtime_ns))
+        for path in paths.glob_files(pattern.rpartition("=")[2]):  # local or gs://
+            files.append((pattern, os.fspath(paths.resolve(path)), *paths.fingerprint(path)))
     version = str(builder.ZhlmPretrain.VERSION)  # what the pipeline makes of the same files
     blob = json.dumps([config.recipe, data, files, version], sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
