@@ -144,3 +144,33 @@ def test_zhlm_prepare_command(inputs, tmp_path):
         timeout=300,
     )
     assert typo.returncode != 0  # locked config
+
+
+def test_workers_do_not_import_the_callers_main(inputs, tmp_path):
+    """Forkserver workers would re-run ``__main__`` (for a script that imports JAX, over a
+    second of start-up each); ``pipeline.run_local`` starts them with an empty one."""
+    marker = tmp_path / "imports.txt"
+    script = tmp_path / "main.py"
+    script.write_text(
+        f"""
+import sys
+with open({str(marker)!r}, "a") as f:
+    f.write("imported\\n")
+from tests.helpers import load_config
+from zhlm.data import pipeline, text
+
+if __name__ == "__main__":
+    config = load_config("bert", "tiny").data
+    shards = text.expand_inputs([{inputs[0]!r}], text.Report(), 20_000)
+    assert len(shards) >= 2
+    done = list(pipeline.run_local(shards, config, 2, text.Report(), progress=False))
+    print(len(done), "shards")
+"""
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "shards" in run.stdout
+    assert marker.read_text() == "imported\n"  # the parent only

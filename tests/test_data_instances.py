@@ -142,3 +142,25 @@ def test_ernie_phrase_and_entity_ids():
         assert (batch[name] >= 0).mean() > 0.03
     both = (batch["phrase_ids"] >= 0) & (batch["entity_ids"] >= 0)
     assert not both.any()  # entities are never inside phrases
+
+
+def test_renumber_equals_rank_of_distinct_ids():
+    """Unit ids become 0, 1, ... per sequence: the ascending fast path and the sorting
+    fallback both give the rank of each id among the distinct ids, -1 kept."""
+    from zhlm.data.instances import _renumber
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        values = rng.integers(-1, 12, int(rng.integers(1, 40))).astype(np.int32)
+        if trial % 2:
+            values = np.sort(values)  # the shape annotate produces
+        first = int(rng.integers(0, 5))
+        real = values >= 0
+        want, want_next = values, first
+        if real.any():
+            distinct, rank = np.unique(values[real], return_inverse=True)
+            want = np.full(len(values), -1, np.int32)
+            want[real] = rank + first
+            want_next = first + len(distinct)
+        got, got_next = _renumber(values, first)
+        assert np.array_equal(got, want) and got_next == want_next, values

@@ -157,6 +157,27 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(corpus, tmp_path, 
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_a_step_broken_twice_is_moved_aside_twice(tmp_path):
+    """A run that resumed from step 4 and broke step 8 again: the second copy goes beside the
+    first (``corrupt-8.1``) instead of failing the rename."""
+
+    class Manager:  # what _move_aside uses of an orbax CheckpointManager
+        directory = tmp_path
+        reloads = 0
+
+        def reload(self):
+            self.reloads += 1
+
+    mngr = Manager()
+    for expected in ("corrupt-8", "corrupt-8.1", "corrupt-8.2"):
+        (tmp_path / "8").mkdir()
+        (tmp_path / "8" / "state").write_text(expected)
+        assert resume._move_aside(mngr, 8) == expected
+        assert not (tmp_path / "8").exists()
+        assert (tmp_path / expected / "state").read_text() == expected
+    assert mngr.reloads == 3
+
+
 def test_init_from_a_hugging_face_folder(corpus, tmp_path):
     transformers = pytest.importorskip("transformers")
     from zhlm import convert

@@ -7,7 +7,9 @@ not fit one machine (``beam_runner``; ``apache-beam`` is an optional extra).
 
 The dataset is ``zhlm_pretrain/<recipe>_<format>_<max_seq_length>``; each input source
 (``--input name=GLOB``; unnamed: ``train``) becomes a split of that name, so the loader can mix
-sources with weights and knows each one's size. Fields are fixed-length int32 arrays.
+sources with weights and knows each one's size. A record is one ``[F, S]`` int32 array
+(``arrays``: the per-token fields, named in order by the metadata's ``fields``) and, for the
+sentence-pair formats, the scalar ``sentence_label``; the loader splits ``arrays`` by name.
 
 The prepare report is the same on both paths: it lands in the dataset's metadata (``report``)
 and in ``report.txt`` beside it. Beam workers may be other machines, so there each split's
@@ -38,10 +40,11 @@ def builder_config_name(data_config, recipe: str) -> str:
 class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
     """Pretraining instances from raw Chinese text (see the module docstring)."""
 
-    VERSION = tfds.core.Version("1.1.0")  # part of zhlm.data.cache's key: bump on any change
+    VERSION = tfds.core.Version("1.2.0")  # part of zhlm.data.cache's key: bump on any change
     RELEASE_NOTES = {
         "1.0.0": "First release.",
         "1.1.0": "Word ids from jieba's dictionary without its HMM; arrays stored as raw bytes.",
+        "1.2.0": "The per-token fields of a record stacked into one array, `arrays`.",
     }
 
     def __init__(self, *, data_config, recipe, inputs=(), num_processes=1, progress=True, **kw):
@@ -58,19 +61,18 @@ class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
         super().__init__(config=config, **kw)
 
     def _info(self):
-        length = self.data_config.max_seq_length
-        features = {
-            name: tfds.features.Tensor(shape=(length,), dtype=np.int32, encoding=_ENCODING)
-            for name in pipeline.example_fields(self.data_config)
-            if name != "sentence_label"
-        }
+        names = pipeline.token_fields(self.data_config)
+        shape = (len(names), self.data_config.max_seq_length)
+        features = {"arrays": tfds.features.Tensor(shape=shape, dtype=np.int32, encoding=_ENCODING)}
         if "sentence_label" in pipeline.example_fields(self.data_config):
             features["sentence_label"] = tfds.features.Scalar(dtype=np.int32)
         return tfds.core.DatasetInfo(
             builder=self,
             description=__doc__,
             features=tfds.features.FeaturesDict(features),
-            metadata=tfds.core.MetadataDict(data_config=json.loads(self.data_config.to_json())),
+            metadata=tfds.core.MetadataDict(
+                data_config=json.loads(self.data_config.to_json()), fields=list(names)
+            ),
         )
 
     def _split_generators(self, dl_manager):
@@ -98,16 +100,18 @@ class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
 
     def _local_examples(self, shards):
         n = min(self.num_processes, len(shards))
+        names = pipeline.token_fields(self.data_config)
         for shard, batch in pipeline.run_local(
             shards, self.data_config, n, self.report, self.progress
         ):
-            yield from pipeline.examples(shard, batch)
+            yield from pipeline.examples(shard, batch, names)
 
     def _beam_examples(self, split, shards):
         """A PTransform of ``(key, example)``; its side branch writes the split's report."""
         import apache_beam as beam
 
         data_config = self.data_config
+        names = pipeline.token_fields(data_config)
         # self.data_dir is TFDS's temporary directory here: the file moves with the dataset.
         report_path = os.fspath(epath.Path(self.data_dir) / f"{_BEAM_REPORT}{split}.json")
 
@@ -116,7 +120,7 @@ class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
             for key, n in list(report.counts.items()) + list(report.reasons.items()):
                 beam.metrics.Metrics.counter("zhlm", key).inc(n)  # live in the runner's UI
             yield beam.pvalue.TaggedOutput("report", report.to_dict())
-            yield from pipeline.examples(shard, batch)
+            yield from pipeline.examples(shard, batch, names)
 
         def merge(reports):  # associative: Beam may merge partial merges
             total = text.Report()

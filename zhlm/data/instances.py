@@ -74,12 +74,19 @@ class Writer:
 
 def _renumber(values, first):
     real = values >= 0
-    if not real.any():
+    ids = values[real]
+    if not len(ids):
         return values, first
-    uniq, inverse = np.unique(values[real], return_inverse=True)
+    if np.all(ids[1:] >= ids[:-1]):  # annotate's ids ascend along the text: no sort needed
+        new = np.empty(len(ids), bool)
+        new[0] = True
+        np.not_equal(ids[1:], ids[:-1], out=new[1:])
+        rank = np.cumsum(new) - 1
+    else:
+        rank = np.unique(ids, return_inverse=True)[1]
     out = np.full(len(values), -1, np.int32)
-    out[real] = inverse + first
-    return out, first + len(uniq)
+    out[real] = rank + first
+    return out, first + int(rank.max()) + 1
 
 
 def _target(max_tokens, short_seq_prob, rng):

@@ -134,6 +134,7 @@ class Loader:
         local = global_batch // process_count
         self.rows = slice(process_index * local, (process_index + 1) * local)
         self.info = builder.info
+        self.fields = tuple(builder.info.metadata["fields"])
 
     def __iter__(self):
         return self
@@ -143,7 +144,11 @@ class Loader:
 
     def _read(self, plan):
         examples = [self.sources[name][i] for name, i in plan]
-        return {k: np.stack([e[k] for e in examples]).astype(np.int32) for k in examples[0]}
+        arrays = np.stack([e["arrays"] for e in examples]).astype(np.int32, copy=False)
+        batch = {name: arrays[:, i] for i, name in enumerate(self.fields)}
+        if "sentence_label" in examples[0]:
+            batch["sentence_label"] = np.array([e["sentence_label"] for e in examples], np.int32)
+        return batch
 
     def num_eval_batches(self) -> int:
         return sum(self.held.values()) // self.global_batch
