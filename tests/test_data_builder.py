@@ -169,7 +169,12 @@ if __name__ == "__main__":
     )
     env = dict(os.environ, PYTHONPATH=ROOT)
     run = subprocess.run(
-        [sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "shards" in run.stdout

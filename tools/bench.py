@@ -152,20 +152,25 @@ def prepare_bench(args):
     """``prepare``: MB/s of raw text through zhlm-prepare (read, clean, split, tokenise, word
     segmentation, instances, TFDS ArrayRecord), for 1 and 2 processes, beside jieba alone (the
     Python package, its default HMM on) on the same text."""
+    import atexit
     import os
+    import shutil
     import tempfile
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from ablations import load_module
 
-    from zhlm.data import builder, words
+    from zhlm.data import builder, pipeline, words
 
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     data = os.path.join(root, "..", "shared", "data", "corpus")
     recipe = load_module(os.path.join(root, "configs", f"{args.recipe}.py"), args.recipe)
     config = recipe.get_config("tiny")
     config.data.shard_mb = args.shard_mb
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
     tmp = tempfile.mkdtemp(prefix="zhlm-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
     half = int(args.mb * 2**20 / 2) if args.mb else -1  # -1: all of both corpora
     with open(os.path.join(data, "clue_small_docs.txt"), "rb") as f:
         clue = f.read(half)
@@ -188,10 +193,12 @@ def prepare_bench(args):
         f"input {total:.2f} MB ({args.recipe}, {config.data.format}, shards of {args.shard_mb} MB)"
     )
     # The process counts take turns for --rounds (this machine's speed drifts by tens of
-    # percent over minutes); each count keeps its fastest run.
+    # percent over minutes); each count keeps its fastest run. Every run loads the tokenizer,
+    # jieba and lexicons afresh, as zhlm-prepare does (1 process would reuse this process's).
     best = {}
     for r in range(args.rounds):
         for n in args.processes if r % 2 == 0 else args.processes[::-1]:
+            pipeline._ANNOTATORS.clear()
             t = time.perf_counter()
             builder.prepare(
                 config.data,

@@ -134,6 +134,11 @@ class Loader:
         local = global_batch // process_count
         self.rows = slice(process_index * local, (process_index + 1) * local)
         self.info = builder.info
+        if "fields" not in builder.info.metadata:
+            raise ValueError(
+                f"{path}: a dataset of zhlm_pretrain {builder.info.version}, whose records are "
+                "not one stacked array; prepare it again (zhlm-prepare)"
+            )
         self.fields = tuple(builder.info.metadata["fields"])
 
     def __iter__(self):

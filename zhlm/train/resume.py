@@ -48,33 +48,34 @@ def restore_latest(mngr, trainer):
         try:
             restored = mngr.restore(step, args=args)
         except Exception as e:  # orbax and tensorstore raise many types for a broken folder
-            aside = _move_aside(mngr, step)
             logging.warning(
-                "checkpoint %d in %s cannot be restored (%s: %s); moved it aside as %s and "
-                "trying the previous one",
-                step, mngr.directory, type(e).__name__, str(e)[:300], aside,
+                "checkpoint %d in %s cannot be restored (%s: %s); moving it aside and trying "
+                "the previous one",
+                step, mngr.directory, type(e).__name__, str(e)[:300],
             )  # fmt: skip
+            _move_aside(mngr, step)
             continue
         return restored.state, restored.loader
     return None
 
 
-def _move_aside(mngr, step) -> str:
-    """Renames checkpoint ``step`` to ``corrupt-<step>`` (``corrupt-<step>.<n>`` when a run
-    that resumed from an earlier step broke the same step again); returns the name."""
-    src = epath.Path(mngr.directory) / str(step)
-    name, n = f"corrupt-{step}", 0
-    while (src.parent / name).exists():
-        n += 1
-        name = f"corrupt-{step}.{n}"
-    if jax.process_index() == 0 and src.is_dir():
-        src.rename(src.parent / name)
+def _move_aside(mngr, step):
+    """Process 0 renames checkpoint ``step`` to ``corrupt-<step>`` (``corrupt-<step>.<n>`` when
+    a run that resumed from an earlier step broke the same step again); all processes wait."""
+    if jax.process_index() == 0:
+        src = epath.Path(mngr.directory) / str(step)
+        name, n = f"corrupt-{step}", 0
+        while (src.parent / name).exists():
+            n += 1
+            name = f"corrupt-{step}.{n}"
+        if src.is_dir():
+            src.rename(src.parent / name)
+            logging.warning("moved %s to %s", src, name)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(f"zhlm corrupt checkpoint {step}")
     mngr.reload()
-    return name
 
 
 def load_init_params(path: str, config):
