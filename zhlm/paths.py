@@ -48,7 +48,7 @@ def fingerprint(path: str) -> tuple:
 
 
 def size(path: str) -> int:
-    return os.path.getsize(path) if not is_remote(path) else epath.Path(path).stat().length
+    return fingerprint(path)[0]
 
 
 def open_binary(path: str):

@@ -90,8 +90,9 @@ def process_shard(shard: text.Shard, data_config):
     return _stack(rows, data_config.format, ann.fields, data_config.max_seq_length), report
 
 
-def _shard_bytes(shard):
-    size = paths.size(shard.path)
+def _shard_bytes(shard, size=None):
+    """Bytes of ``shard.path`` the shard covers (``size``: the file's, when already known)."""
+    size = paths.size(shard.path) if size is None else size
     return (min(shard.end, size) - shard.start) if shard.end >= 0 else size
 
 
@@ -140,7 +141,8 @@ def run_local(shards, data_config, num_processes: int, report: text.Report, prog
     ``(shard, batch)`` as they finish and merges each shard's report into ``report``."""
     from tqdm import tqdm
 
-    total = sum(_shard_bytes(s) for s in shards)
+    sizes = {path: paths.size(path) for path in {s.path for s in shards}}  # a stat per file
+    total = sum(_shard_bytes(s, sizes[s.path]) for s in shards)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="zhlm-prepare", disable=not progress)
     jobs = [(s, data_config) for s in shards]
     pool = None
