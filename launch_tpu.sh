@@ -19,7 +19,11 @@
 #       --workdir=gs://BUCKET/bert-base -- --config=configs/bert.py:base \
 #       --config.data.data_dir=gs://BUCKET/data --config.train.batch_size=4096
 #   ./launch_tpu.sh --dry-run ...   # print the commands (as for a TPU that does not exist yet)
+#   ./launch_tpu.sh --plan --dry-run ...   # also compile the step for the slice, here, first
 #
+# --plan runs zhlm-compile locally (libtpu's compiler; pip install -e '.[tpu]') for
+# --accelerator-type with the same zhlm-pretrain arguments and stops before any gcloud command
+# when the program does not fit the chips' HBM, so a pod is never rented for it.
 # --dry-run runs no gcloud command at all (not even describe) and writes no file; it only reads
 # the local git checkout. GCLOUD overrides the gcloud binary (default: gcloud on PATH).
 set -euo pipefail
@@ -37,6 +41,8 @@ usage: launch_tpu.sh --tpu=NAME --zone=ZONE --workdir=DIR [options] [-- ZHLM_PRE
   --repo=URL [--branch=B]   clone URL on the workers (default: copy this checkout's HEAD)
   --config=CONFIG           forwarded to zhlm-pretrain, e.g. configs/bert.py:base
   --max-restarts=N          restarts after preemption, default 3
+  --plan                    first compile the step for the slice here (zhlm-compile); stop
+                            if it does not fit (runs even with --dry-run: it is local)
   --dry-run                 print every command, run nothing
   --help                    this message
 Everything after -- goes to zhlm-pretrain unchanged.
@@ -47,7 +53,7 @@ die() { printf 'launch_tpu.sh: %s\n' "$1" >&2; exit 1; }
 say() { printf '== %s\n' "$1" >&2; }
 
 tpu="" zone="" workdir="" accel="v4-8" version="tpu-ubuntu2204-base" project="" spot=""
-repo="" branch="" config="" max_restarts=3 dry_run=0
+repo="" branch="" config="" max_restarts=3 dry_run=0 plan=0
 extra=()
 while [ $# -gt 0 ]; do
   arg=$1 val="" has_val=0
@@ -61,7 +67,7 @@ while [ $# -gt 0 ]; do
     --*) ;;
     *) usage_error "unexpected argument '$arg' (zhlm-pretrain arguments go after --)" ;;
   esac
-  case $arg in --spot | --preemptible | --dry-run | --help)
+  case $arg in --spot | --preemptible | --dry-run | --plan | --help)
     [ "$has_val" = 0 ] || usage_error "$arg takes no value" ;; esac
   case $arg in
     --tpu) tpu=$val ;;
@@ -77,6 +83,7 @@ while [ $# -gt 0 ]; do
     --spot | --preemptible) spot=${spot:-$arg}
       [ "$spot" = "$arg" ] || usage_error "--spot or --preemptible, not both" ;;
     --dry-run) dry_run=1 ;;
+    --plan) plan=1 ;;
     --help) usage; exit 0 ;;
     *) usage_error "unknown option '$arg'" ;;
   esac
@@ -140,6 +147,19 @@ done
 pretrain+=(${extra[@]+"${extra[@]}"} ${distributed:+"$distributed"})
 train="export PATH=\"\$HOME/.local/bin:\$PATH\" && cd ~/zhlm && zhlm-pretrain"
 train+=$(printf ' %q' "${pretrain[@]}")
+
+# Step 0 (--plan): the program must fit the slice before anything is created or rented.
+if [ "$plan" = 1 ]; then
+  compile=("${ZHLM_COMPILE:-zhlm-compile}" --topology="$accel")
+  [ -z "$config" ] || compile+=(--config="$config")
+  for a in ${extra[@]+"${extra[@]}"}; do
+    case $a in --config.train.distributed*) ;; *) compile+=("$a") ;; esac
+  done
+  printf '+ %s\n' "$(quote "${compile[@]}")" >&3
+  command -v "${compile[0]}" >/dev/null \
+    || die "--plan needs ${compile[0]} (pip install -e '.[tpu]') on PATH"
+  "${compile[@]}" || die "zhlm-compile: the step does not fit or fails on $accel; not launching"
+fi
 
 # Step 1: a READY TPU named $tpu.
 ensure_tpu() {

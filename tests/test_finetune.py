@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,20 +16,36 @@ from helpers import ROOT
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune import cmrc_metric, heads, readers, tasks
-from zhlm.finetune.train import finetune, get_base_config, load_finetuned
+from zhlm.finetune.train import finetune, get_base_config, load_finetuned, save_finetuned
+from zhlm.train import checkpoint
 
 DATA = os.path.join(ROOT, "..", "shared", "data")
 CMRC_DEV = os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json")
-TASKS = ("chnsenticorp", "lcqmc", "ocnli", "cmrc2018")
+TASKS = ("chnsenticorp", "lcqmc", "ocnli", "cmrc2018", "msra_ner")
 
 
-def load_task(name, arg="tiny"):
-    """``configs/finetune/<name>.py:get_config(arg)``, locked as the command line locks it."""
+# The task configs name no data path (users pass theirs); these are the files in ../shared/data.
+SHARED_FILES = {
+    "chnsenticorp": ("chnsenticorp/train.tsv", "chnsenticorp/dev.tsv"),
+    "lcqmc": ("lcqmc/dev.txt", ""),  # split by the config's holdout
+    "ocnli": ("ocnli/train.10k.json", "ocnli/dev.json"),
+    "cmrc2018": ("cmrc2018/cmrc2018_dev.json", ""),  # split by the config's holdout
+    "msra_ner": ("msra_ner/train.txt", "msra_ner/dev.txt"),
+}
+
+
+def load_task(name, arg="tiny", shared=True):
+    """``configs/finetune/<name>.py:get_config(arg)``, locked as the command line locks it,
+    with ``task.train_file``/``dev_file`` set to the shared data (``shared=False``: as the
+    file leaves them, empty)."""
     path = os.path.join(ROOT, "configs", "finetune", f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"finetune_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config(arg)
+    if shared:
+        train, dev = (os.path.join(DATA, f) if f else "" for f in SHARED_FILES[name])
+        config.task.update(train_file=train, dev_file=dev)
     config.lock()
     return config
 
@@ -49,6 +66,8 @@ def cmrc():
 
 @pytest.mark.parametrize("name", TASKS)
 def test_task_configs_load_and_point_at_the_shared_data(name):
+    with pytest.raises(ValueError, match=r"^config.task.train_file is empty: pass --config"):
+        tasks.check_task(load_task(name, shared=False).task)  # no path but the user's
     config = load_task(name)
     tasks.check_task(config.task)
     assert os.path.isfile(config.task.train_file)
@@ -243,12 +262,34 @@ def _ours(path, kind, num_labels=2):
     config = get_base_config()
     config.task.kind = kind
     config.task.labels = tuple(str(i) for i in range(num_labels))
-    params, model_section, _ = heads.load_pretrained(path)
-    heads.adopt_model(config, model_section)
+    loaded = checkpoint.load(path)
+    heads.adopt_model(config, loaded.config.model)
     model = heads.build_head(config)
     fresh = heads.init_params(model, jax.random.key(1), 16)
-    merged, left_fresh = heads.merge(fresh, params, kind)
+    merged, left_fresh = heads.merge(fresh, loaded.with_task_heads(), kind)
     return model, merged, left_fresh
+
+
+@pytest.mark.parametrize("kind", ["classification", "mrc", "ner"])
+def test_a_task_models_encoder_is_the_pretraining_models(kind):
+    """Same module names, shapes and dtypes as zhlm.models.Model for every reused part, and
+    nothing of the pretraining heads (MLM, NSP/SOP) in the task model."""
+    from zhlm.models import abstract_variables, build_model
+
+    config = get_base_config("tiny")
+    config.task.kind = kind
+    config.model.sentence_head = "sop"
+    task = nn.unbox(abstract_variables(heads.build_head(config)))["params"]
+    pretraining = nn.unbox(abstract_variables(build_model(config)))["params"]
+    # Only the sentence classifier reads the pooled [CLS]: the others have no pooler to train.
+    parts = heads.ENCODER_PARTS if kind == "classification" else ("embeddings", "encoder")
+    assert set(task) == {*parts, heads.head_name(kind)}
+    for part in parts:
+        assert jax.tree.structure(task[part]) == jax.tree.structure(pretraining[part])
+        for a, b in zip(
+            jax.tree.leaves(task[part]), jax.tree.leaves(pretraining[part]), strict=True
+        ):
+            assert (a.shape, a.dtype) == (b.shape, b.dtype)
 
 
 @pytest.mark.slow
@@ -281,6 +322,60 @@ def test_span_extractor_matches_hf(tmp_path):
     for name in ("start_logits", "end_logits"):
         error = float(np.abs(np.asarray(ours[name]) - getattr(theirs, name).numpy()).max())
         print(f"BertForQuestionAnswering {name}: max abs difference {error:.2e}")
+        assert error < 1e-4, (name, error)
+
+
+@pytest.mark.slow
+def test_token_classifier_matches_hf(tmp_path):
+    import torch
+
+    hf, path = _hf_folder(tmp_path, "BertForTokenClassification", num_labels=7)
+    model, params, left_fresh = _ours(path, "ner", num_labels=7)
+    assert left_fresh == []
+    ids, types, mask = _inputs()
+    ours = model.apply({"params": params}, ids, types, mask)["logits"]
+    with torch.no_grad():
+        theirs = hf(*(torch.tensor(x, dtype=torch.long) for x in (ids, mask, types))).logits
+    error = float(np.abs(np.asarray(ours) - theirs.numpy()).max())
+    print(f"BertForTokenClassification logits: max abs difference {error:.2e}")
+    assert ours.shape == (3, 16, 7) and error < 1e-4, error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind,architecture",
+    [
+        ("pair", "BertForSequenceClassification"),
+        ("ner", "BertForTokenClassification"),
+        ("mrc", "BertForQuestionAnswering"),
+    ],
+)
+def test_a_fine_tuned_model_exports_to_its_hf_class(tmp_path, kind, architecture):
+    """save_finetuned -> zhlm-convert's to_hf -> transformers' from_pretrained: same logits,
+    labels named (id2label)."""
+    import torch
+    import transformers
+
+    import zhlm
+
+    _, path = _hf_folder(tmp_path, architecture, num_labels=3)
+    model, params, _ = _ours(path, kind, num_labels=3)
+    config = get_base_config()
+    config.task.update(kind=kind, labels=("neg", "mid", "pos"))
+    config.model.update(hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128, size="custom")
+    best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
+    model, params, config = load_finetuned(best)
+    zhlm.to_hf(model, {"params": params}, config, str(tmp_path / "export"))
+    hf = getattr(transformers, architecture).from_pretrained(str(tmp_path / "export")).eval()
+    if kind != "mrc":
+        assert hf.config.id2label == {0: "neg", 1: "mid", 2: "pos"}
+    ids, types, mask = _inputs()
+    ours = model.apply({"params": params}, ids, types, mask)
+    with torch.no_grad():
+        theirs = hf(*(torch.tensor(x, dtype=torch.long) for x in (ids, mask, types)))
+    for name, value in ours.items():
+        error = float(np.abs(np.asarray(value) - getattr(theirs, name).numpy()).max())
+        print(f"{architecture} export {name}: max abs difference {error:.2e}")
         assert error < 1e-4, (name, error)
 
 
@@ -318,6 +413,8 @@ def test_chnsenticorp_through_the_command_beats_the_majority_class(tmp_path):
         "zhlm.cli.finetune",
         f"--config={ROOT}/configs/finetune/chnsenticorp.py:tiny",
         f"--workdir={workdir}",
+        f"--config.task.train_file={DATA}/chnsenticorp/train.tsv",
+        f"--config.task.dev_file={DATA}/chnsenticorp/dev.tsv",
         "--config.task.max_seq_length=32",
         "--config.train.max_train_examples=1600",
         "--config.train.batch_size=16",
@@ -354,6 +451,20 @@ def test_lcqmc_pairs_from_a_hf_folder_two_seeds(tmp_path):
     assert on_disk["max"] == results["max"]
     model, params, saved = load_finetuned(results["best"])
     assert saved.model.hidden_size == 64 and params["classifier"]["kernel"].shape == (64, 2)
+    # zhlm-predict on unlabelled pairs (a headerless two-column TSV), through the command.
+    pairs = open(config.task.train_file, encoding="utf-8").read().splitlines()[:10]
+    inputs = tmp_path / "pairs.tsv"
+    inputs.write_text("".join("\t".join(p.split("\t")[:2]) + "\n" for p in pairs))
+    out = tmp_path / "predicted.jsonl"
+    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={tmp_path / 'lcqmc'}"]
+    cmd += [f"--input={inputs}", f"--output={out}", "--text_fields=0,1"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 10
+    for r in records:
+        assert r["label"] in ("0", "1") and sum(r["probabilities"].values()) == pytest.approx(1)
+        assert r["label"] == max(r["probabilities"], key=r["probabilities"].get)
 
 
 def _pretrain_workdir(path):
@@ -395,7 +506,7 @@ def test_cmrc2018_from_a_pretrain_workdir_predictions_score_as_reported(tmp_path
 
     assert cmrc_eval.run([results["eval_set"], results["predictions"]]) == 0
     # The encoder really came from the workdir: load it the way finetune() does.
-    params, _, _ = heads.load_pretrained(str(tmp_path / "pretrain"))
+    params = checkpoint.load(str(tmp_path / "pretrain")).params
     np.testing.assert_array_equal(
         params["encoder"]["layers"]["query"]["kernel"],
         pretrained["encoder"]["layers"]["query"]["kernel"],
@@ -441,6 +552,88 @@ def test_bad_records_are_reported_counted_and_skipped(tmp_path, capsys):
     assert results["skipped"] == {str(squad): 1}  # the empty context; q2 is kept for scoring
     assert results["read_issues"][str(squad)] == {"empty_context": 1, "answer_not_found": 1}
     assert results["train_examples"] == 1 and results["eval_examples"] == 2
+
+
+@pytest.mark.slow
+def test_msra_ner_from_a_hf_token_classifier_predictions_score_as_reported(tmp_path):
+    """MSRA-NER end to end: the BIO files, windows shorter than some sentences, the head of a
+    BertForTokenClassification folder (random, so it predicts entities from the first step),
+    the conlleval F1 in results.json equal to the written predictions scored afresh."""
+    from zhlm.finetune import ner, ner_metric
+
+    _, path = _hf_folder(tmp_path, "BertForTokenClassification", num_labels=7)
+    config = load_task("msra_ner")
+    # dev.txt trains too: reading the 45,658 sentences of train.txt would be most of the test.
+    config.task.update(max_seq_length=24, doc_stride=8, train_file=config.task.dev_file)
+    config.optim.peak_lr = 1e-5
+    _quick(config, batch_size=16, epochs=1, max_train_examples=64, max_eval_examples=48)
+    results = finetune(config, path, str(tmp_path / "ner"))
+    assert results["metric"] == "f1" and results["fresh_parameters"] == []
+    predicted, _ = ner.read_spans_jsonl(results["predictions"])
+    gold, _ = ner.read_tagged(config.task.dev_file)
+    gold = gold[:48]
+    assert [p.text for p in predicted] == [g.text for g in gold]
+    assert sum(len(ner_metric.entities(p.tags)) for p in predicted) > 0
+    score = ner_metric.scores([g.tags for g in gold], [p.tags for p in predicted])["micro"]
+    (seed,) = results["seeds"]
+    assert seed["f1"] == pytest.approx(score["f1"]) and results["max"] == seed["f1"]
+    assert seed["precision"] == pytest.approx(score["precision"])
+    model, params, saved = load_finetuned(results["best"])
+    assert saved.task.kind == "ner" and params["classifier"]["kernel"].shape == (64, 7)
+    assert open(results["curves"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    # zhlm-predict on the same sentences, unlabelled, gives the entities the run wrote.
+    from zhlm.finetune.predict import predict
+
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"text": g.text}, ensure_ascii=False) + "\n" for g in gold)
+    )
+    out = tmp_path / "predicted.jsonl"
+    assert predict(str(tmp_path / "ner"), str(inputs), str(out), fmt="spans_jsonl") == len(gold)
+    mine = [json.loads(line)["entities"] for line in out.read_text().splitlines()]
+    dev = [json.loads(line)["entities"] for line in open(results["predictions"], encoding="utf-8")]
+    assert mine == dev
+    (line,) = json.loads("[" + (tmp_path / "ner" / "metrics.jsonl").read_text().strip() + "]")
+    assert line["split"] == "seed0" and line["f1"] == pytest.approx(seed["f1"])
+
+
+NER_TINY = """
+import json, sys
+from zhlm import config_files
+from zhlm.finetune.train import finetune
+config = config_files.load(sys.argv[1], "tiny")
+config.task.update(max_seq_length=24, doc_stride=8, train_file=sys.argv[2], dev_file=sys.argv[2])
+config.train.update(batch_size=16, epochs=1, max_train_examples=48, max_eval_examples=16)
+config.train.update(log_every=0, save_best=False)
+print("RESULTS" + json.dumps(finetune(config, None, sys.argv[3])))
+"""
+
+
+@pytest.mark.slow
+def test_fine_tuning_is_data_parallel_over_eight_devices_with_the_same_results(tmp_path):
+    """The same seed on 1 CPU device and on 8 (batch split over the mesh's data axis, the
+    state placed by the pretraining step's sharding code): the same losses and scores."""
+    dev = os.path.join(DATA, "msra_ner", "dev.txt")
+    script = tmp_path / "ner_tiny.py"
+    script.write_text(NER_TINY)
+    runs = {}
+    for n in (1, 8):
+        flags = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n}"
+        env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+        args = [
+            os.path.join(ROOT, "configs", "finetune", "msra_ner.py"),
+            dev,
+            str(tmp_path / str(n)),
+        ]
+        done = subprocess.run(
+            [sys.executable, str(script), *args], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[n] = json.loads(done.stdout.split("RESULTS")[-1])
+    assert (runs[1]["devices"], runs[8]["devices"]) == (1, 8)
+    (one,), (eight,) = runs[1]["seeds"], runs[8]["seeds"]
+    for a, b in zip(one["epochs"], eight["epochs"], strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
 
 
 def test_a_missing_file_is_one_clear_error(tmp_path):

@@ -84,9 +84,16 @@ def test_each_recipe_pretrains_and_its_loss_falls(recipe, corpus, tmp_path):
     assert train[-1] < train[0] - 0.3, train  # from ln(21128) ~ 10 towards unigram loss
     assert evals[-1] < evals[0], evals
     line = metrics.read(str(tmp_path))[-1]
-    for key in ("mlm_accuracy", "learning_rate", "grad_norm", "tokens_per_second"):
+    for key in (
+        "mlm_accuracy",
+        "learning_rate",
+        "grad_norm",
+        "tokens_per_second",
+        "tokens_per_sec",
+    ):
         assert np.isfinite(line[key]), line
     assert os.listdir(tmp_path / "tensorboard")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert resume.manager(str(tmp_path), make_config(recipe, values)).latest_step() == 40
 
 

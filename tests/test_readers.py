@@ -7,6 +7,7 @@ import os
 import pytest
 
 from zhlm.finetune import readers as r
+from zhlm.finetune import tasks
 
 DATA = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"
@@ -268,3 +269,201 @@ def test_squad_not_json_or_not_squad(tmp_path):
     path = write(tmp_path, "list.json", "[]")
     examples, report = r.read_squad(path)
     assert examples == [] and kinds(report) == [(1, r.MISSING_FIELD)]
+
+
+# --- every layout through one reader (zhlm.finetune.tables) ---------------------------------
+
+
+def task_config(path, kind="classification", fmt="tsv", labels=(), dev=None, **fields):
+    """The task section of a fine-tuning config reading ``path`` (also as the dev file)."""
+    from zhlm import defaults
+
+    task = defaults.get_finetune_config("tiny").task
+    task.update(kind=kind, format=fmt, labels=labels, train_file=str(path), **fields)
+    task.dev_file = str(dev or path)
+    return task
+
+
+NEWS = "中华女子学院：本科层次仅1专业招男生\t3\n两天价网站背后重重迷雾\t10\n东5环海棠公社\t0\n"
+
+
+def test_headerless_tsv_has_its_label_last_and_labels_are_inferred(tmp_path, capsys):
+    path = write(tmp_path, "news.txt", NEWS)
+    examples, report = r.read_table(path, "tsv")
+    assert report.ok and [(e.label, e.line) for e in examples] == [("3", 1), ("10", 2), ("0", 3)]
+    assert examples[0].text == "中华女子学院：本科层次仅1专业招男生"
+    dev = write(tmp_path, "dev.txt", "新闻\t3\n另一条\t7\n")
+    task = task_config(path, dev=dev)
+    train, evaluation, reports = tasks.read_task(task)
+    assert task.labels == ("0", "3", "10")  # numbers in numeric order, written back
+    assert "labels of" in capsys.readouterr().out and len(train) == 3
+    # The dev file's label outside the inferred set is reported and skipped.
+    assert len(evaluation) == 1 and kinds(reports[1]) == [(2, r.UNKNOWN_LABEL)]
+
+
+def test_csv_with_a_header_reads_by_name(tmp_path):
+    path = write(tmp_path, "senti.csv", 'label,review\n1,很好，下次还来\n0,"差, 很差"\n')
+    examples, report = r.read_table(path, "csv", labels=BINARY)
+    assert report.ok and [(e.label, e.text, e.line) for e in examples] == [
+        ("1", "很好，下次还来", 2),
+        ("0", "差, 很差", 3),
+    ]
+
+
+def test_csv_with_bom_quotes_newlines_and_crlf(tmp_path):
+    text = (
+        "sentence1,sentence2,label\r\n"
+        '"他说""好""，然后走了","一句, 带逗号",1\r\n'
+        '"两行\r\n的问题",答,0\r\n'
+        "\r\n"
+        "只有两列,0\r\n"  # a field short: reported with its line
+        "问,答,1\r\n"
+    )
+    path = write(tmp_path, "qm.csv", b"\xef\xbb\xbf" + text.encode())
+    examples, report = r.read_table(path, "csv", "pair", labels=BINARY)
+    assert [(e.text_a, e.text_b, e.line) for e in examples] == [
+        ('他说"好"，然后走了', "一句, 带逗号", 2),
+        ("两行\r\n的问题", "答", 3),
+        ("问", "答", 7),
+    ]
+    assert kinds(report) == [(6, r.MALFORMED_LINE)]
+    assert "2 comma-separated fields, expected 3" in report.issues[0].message
+
+
+def test_fields_by_position_and_by_name(tmp_path):
+    path = write(tmp_path, "thucnews.txt", "体育\t姚明复出\n财经\t股市\t大涨\n")
+    examples, _ = r.read_table(path, "tsv", text_fields=("1",), label_field="0")
+    assert [(e.label, e.text) for e in examples] == [("体育", "姚明复出"), ("财经", "股市\t大涨")]
+    assert r.read_table(path, "tsv", label_field="0")[0] == examples  # the text: the next column
+    assert r.read_table(path, "tsv", text_fields=(1,))[0] == examples  # the label: the one left
+    named = write(tmp_path, "named.tsv", "id\tq\ta\ty\n7\t问\t答\t1\n")
+    (example,), _ = r.read_table(named, "tsv", "pair", ("q,a",), "y")  # one flag, comma-split
+    assert (example.guid, example.text_a, example.text_b, example.label) == ("7", "问", "答", "1")
+    # Positions say nothing of a header: this one is found by its usual names, "q" is not one.
+    path = write(tmp_path, "usual.tsv", "id\tquery1\tquery2\tlabel\n7\t问\t答\t1\n")
+    (example,), _ = r.read_table(path, "tsv", "pair", (1, 2), "3")
+    assert (example.text_b, example.line) == ("答", 2)
+    with pytest.raises(ValueError, match="no column 'answer'"):
+        r.read_table(named, "tsv", "pair", ("q", "answer"), "y")
+    with pytest.raises(ValueError, match="reads 2 text"):
+        r.read_table(named, "tsv", "pair", ("q",), "y")
+
+
+def test_json_lines_json_list_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [
+        {"id": "a", "sentence": "好", "label": 1},
+        {"id": "b", "sentence": "", "label": 0},  # empty text
+        {"id": "c", "sentence": "坏", "label": None},  # no label
+        {"id": "d", "sentence": "还行", "label": 0},
+    ]
+    jsonl = write(
+        tmp_path, "t.jsonl", "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows)
+    )
+    listed = write(tmp_path, "t.json", json.dumps(rows, ensure_ascii=False, indent=1))
+    parquet = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    expected = [("a", "好", "1"), ("d", "还行", "0")]
+    for path, fmt, lines in (
+        (jsonl, "jsonl", (2, 3)),
+        (listed, "json", (8, 13)),
+        (parquet, "parquet", (2, 3)),
+    ):
+        examples, report = r.read_table(path, fmt)
+        assert [(e.guid, e.text, e.label) for e in examples] == expected, fmt
+        assert kinds(report) == [(lines[0], r.EMPTY_TEXT), (lines[1], r.MISSING_FIELD)], fmt
+    examples, report = r.read_table(jsonl, "json")  # JSON lines read as one JSON value
+    assert examples == [] and "format jsonl" in report.issues[0].message
+
+
+def test_a_saved_datasets_folder(tmp_path):
+    import datasets  # the test extra installs it: this runs in CI
+
+    features = datasets.Features(
+        {
+            "premise": datasets.Value("string"),
+            "hypothesis": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+        }
+    )
+    data = {
+        "premise": ["他来了", "下雨", "晴"],
+        "hypothesis": ["有人来", "天晴", "有太阳"],
+        "label": [0, 2, -1],
+    }
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict(data, features=features)})
+    splits.save_to_disk(str(tmp_path / "xnli"))
+    task = task_config(tmp_path / "xnli" / "train", "pair", "datasets", NLI)
+    train, _, (report, _) = tasks.read_task(task)
+    assert [(e.text_a, e.label, e.line) for e in train] == [
+        ("他来了", "entailment", 1),
+        ("下雨", "contradiction", 2),
+    ]
+    assert kinds(report) == [(3, r.MISSING_FIELD)]  # ClassLabel -1: no label
+    with pytest.raises(ValueError, match="holds the splits train: point at one"):
+        tasks.read_task(task_config(tmp_path / "xnli", "pair", "datasets", NLI))
+
+
+# --- the layouts of issue 15 read the wrong way: the error says what the file looks like -----
+
+
+def test_a_csv_read_as_tsv_names_the_delimiter_and_the_flag(tmp_path):
+    rows = ["label,review"] + [f"{i % 2},第{i}条评论" for i in range(12)]
+    path = write(tmp_path, "senti.csv", "\n".join(rows) + "\n")
+    with pytest.raises(ValueError) as error:
+        tasks.read_task(task_config(path, labels=BINARY))
+    message = str(error.value)
+    assert "no record could be read as format tsv (malformed_line=13)" in message
+    assert "comma-delimited, 2 columns, header ['label', 'review']" in message
+    assert "--config.task.format=csv" in message and "--config.task.label_field=label" in message
+
+
+def test_labels_in_another_column_name_it(tmp_path):
+    labels = ("体育", "财经", "科技")
+    path = write(
+        tmp_path, "news.txt", "".join(f"{labels[i % 3]}\t第{i}条新闻\n" for i in range(12))
+    )
+    with pytest.raises(ValueError) as error:  # a label set given: every label is unknown
+        tasks.read_task(task_config(path, labels=labels))
+    assert "unknown_label=12" in str(error.value)
+    assert "column 0 looks like labels (3 values: 体育, 科技, 财经)" in str(error.value)
+    assert "--config.task.text_fields=1 --config.task.label_field=0" in str(error.value)
+    with pytest.raises(ValueError, match="12 distinct labels in 12 records"):  # labels inferred
+        tasks.read_task(task_config(path))
+
+
+def test_a_gbk_file_is_named_as_not_utf8(tmp_path):
+    path = write(
+        tmp_path, "gbk.txt", "".join(f"第{i}条新闻\t{i % 2}\n" for i in range(12)).encode("gbk")
+    )
+    with pytest.raises(ValueError, match="malformed_line=12.*not UTF-8 text .GBK"):
+        tasks.read_task(task_config(path))
+
+
+def test_task_checks_are_one_line_each(tmp_path):
+    with pytest.raises(ValueError, match=r"^config.task.train_file is empty: pass"):
+        tasks.check_task(task_config(""))
+    task = task_config(tmp_path / "x.tsv")
+    task.dev_file = ""
+    with pytest.raises(ValueError, match=r"^config.task.dev_file is empty: pass"):
+        tasks.check_task(task)
+    with pytest.raises(ValueError, match="has fixed fields"):
+        tasks.check_task(task_config(tmp_path / "x.json", "mrc", "squad", label_field="y"))
+    with pytest.raises(FileNotFoundError, match="x.tsv: no such file"):
+        tasks.read_task(task_config(tmp_path / "x.tsv"))
+
+
+@pytest.mark.parametrize(
+    "old, new, path, kind, labels",
+    [
+        ("sentence_tsv", "tsv", ("chnsenticorp", "dev.tsv"), "classification", BINARY),
+        ("pair_tsv", "tsv", ("lcqmc", "dev.txt"), "pair", BINARY),
+        ("pair_jsonl", "jsonl", ("ocnli", "dev.json"), "pair", NLI),
+    ],
+)
+def test_the_shared_data_reads_the_same_under_the_old_and_new_names(old, new, path, kind, labels):
+    before, report = tasks.READERS[old](data(*path), task_config(data(*path), kind, old, labels))
+    after, again = tasks.READERS[new](data(*path), task_config(data(*path), kind, new, labels))
+    assert before == after and report.issues == again.issues and len(after) > 1000

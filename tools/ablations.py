@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import itertools
 import json
 import os
 import time
 
 import numpy as np
+
+from zhlm import config_files, defaults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
@@ -212,33 +213,16 @@ ABLATIONS = {
 }
 
 
-def load_module(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _set(config, key: str, value) -> None:
-    *parents, leaf = key.split(".")
-    node = config
-    for part in parents:
-        node = node[part]
-    node[leaf] = value
-
-
 def pretrain_config(variant: Variant, scale: Scale | None):
     """The variant's config at ``scale`` (None: the recipe at base size, as in the papers)."""
-    module = load_module(os.path.join(ROOT, "configs", f"{variant.recipe}.py"), variant.recipe)
-    config = module.get_config(scale.size if scale else "base")
-    for key, value in variant.overrides:
-        _set(config, key, value)
+    config = config_files.load(variant.recipe, scale.size if scale else "base")
+    config.update_from_flattened_dict(dict(variant.overrides))
     if scale is None:
         return config
     if variant.recipe == "albert" and scale.size == "tiny" and config.model.embed_dim:
         config.model.embed_dim = 32  # see the albert_sharing note
     config.train.update(scale.pretrain)
-    config.optim.warmup_steps = config.train.num_steps // 10  # as local_scale does
+    config.optim.warmup_steps = defaults.local_warmup(config.train.num_steps)
     if scale.corpora:
         from zhlm.data import annotate, cache
 
@@ -249,11 +233,27 @@ def pretrain_config(variant: Variant, scale: Scale | None):
     return config
 
 
+# The task configs name no data: the shared files each task reads here (relative to DATA; an
+# empty dev file means the config's holdout split of the training file).
+TASK_FILES = {
+    "chnsenticorp": ("chnsenticorp/train.tsv", "chnsenticorp/dev.tsv"),
+    "ocnli": ("ocnli/train.10k.json", "ocnli/dev.json"),
+    "cmrc2018": ("cmrc2018/cmrc2018_dev.json", ""),
+}
+
+
+def task_files(task: str, root: str = DATA) -> dict:
+    """``train_file`` and ``dev_file`` of ``task`` under ``root``."""
+    train, dev = TASK_FILES[task]
+    return dict(
+        train_file=os.path.join(root, train), dev_file=os.path.join(root, dev) if dev else ""
+    )
+
+
 def finetune_config(task: str, scale_name: str):
     scale = SCALES[scale_name]
-    path = os.path.join(ROOT, "configs", "finetune", f"{task}.py")
-    config = load_module(path, f"finetune_{task}").get_config(scale.size)
-    config.task.update(scale.tasks[task])
+    config = config_files.load(f"finetune/{task}", scale.size)
+    config.task.update(task_files(task), **scale.tasks[task])
     config.train.update(scale.finetune)
     if task == "cmrc2018" and scale_name == "mini":
         config.train.update(MINI_CMRC)
@@ -261,17 +261,11 @@ def finetune_config(task: str, scale_name: str):
     return config
 
 
-def _pretrained(workdir: str, num_steps: int) -> bool:
-    """A finished pretraining: its newest checkpoint is the last step."""
-    folder = os.path.join(workdir, "checkpoints")
-    steps = [int(n) for n in os.listdir(folder) if n.isdigit()] if os.path.isdir(folder) else []
-    return bool(steps) and max(steps) >= num_steps
-
-
 def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: str) -> dict:
     """Pretrains (or reuses) one variant and fine-tunes it on every task; returns
     ``{"pretrain": held-out metrics, "minutes": ..., task: results.json}``."""
-    from zhlm.finetune.train import RESULTS, finetune
+    from zhlm import workdir as layout
+    from zhlm.finetune.train import finetune
     from zhlm.train import metrics
     from zhlm.train.loop import train_and_evaluate
 
@@ -280,13 +274,14 @@ def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: 
     pre = os.path.join(folder, "pretrain")
     config = pretrain_config(variant, scale)
     timing = _Timing(folder)
-    if not _pretrained(pre, config.train.num_steps):
+    steps = layout.checkpoint_steps(pre)
+    if not steps or steps[-1] < config.train.num_steps:  # no finished pretraining yet
         with timing("pretrain"):
             train_and_evaluate(config, pre)
     evals = metrics.read(pre, "eval")
     out = {"pretrain": evals[-1] if evals else {}, "params": _count(config)}
     for task in ablation.tasks:
-        done = os.path.join(folder, task, RESULTS)
+        done = os.path.join(folder, task, layout.RESULTS)
         if os.path.isfile(done):
             with open(done, encoding="utf-8") as f:
                 out[task] = json.load(f)
@@ -458,13 +453,17 @@ def paper_commands(name: str) -> str:
             f"--config.data.data_dir={data} {train} {flags}"
         )
         for task in ablation.tasks:
+            files = task_files(task, "$DATA")  # fine-tuning reads local files
             lines.append(
                 f"zhlm-finetune --config=configs/finetune/{task}.py --init={work} "
-                f"--workdir={work}/{task} --config.train.seeds=10"
+                f"--workdir={work}/{task} --config.train.seeds=10 "
+                + " ".join(f"--config.task.{k}={v}" for k, v in files.items() if v)
             )
     lines += [
         "```",
         "",
+        "`$DATA`: a local copy of the task files (the layout of this repository's "
+        "`../shared/data`). "
         "Base size (L12/H768), the recipe's optimizer and masking, the papers' step counts and "
         "batch sizes; 10 fine-tuning seeds as Chinese-BERT-wwm and MacBERT report (max and "
         "mean). " + ablation.note,
@@ -498,9 +497,8 @@ def albert_params_table() -> str:
         "| sharing | E | paper | ours | difference |",
         "|---|---|---|---|---|",
     ]
-    module = load_module(os.path.join(ROOT, "configs", "albert.py"), "albert")
     for (share, width), paper in ALBERT_PARAMS.items():
-        config = module.get_config("base")
+        config = config_files.load("albert", "base")
         config.model.update(vocab_size=30000, share_layers=share)
         config.model.embed_dim = 0 if width == 768 else width  # E=H: no projection
         ours = _count(config)

@@ -7,112 +7,51 @@
 Each subcommand is one function registered in ``COMMANDS``; add new ones the same way.
 
 ``masking``: the cost of ``zhlm.masking.mask_batch`` per sequence for every scheme at each
-sequence length, and its share of a train step (forward, backward and AdamW update of the
-``--model-size`` model, masking included) measured on the same machine and batch. The batch is
-synthetic but shaped like Chinese text (words of 1-4 tokens, entities, phrases, similar ids):
-masking's cost depends on shapes, not on which tokens are there.
+sequence length, and its share of the real train step (``zhlm.train.step.make_trainer`` of the
+``--model-size`` model: masking, forward and backward with dropout, gradient clipping and AdamW
+with BERT's schedule), timed on the same machine and batch once with fresh masks every step and
+once with masks drawn once before (``make_trainer``'s ``mask_fn``). The batch is
+``zhlm.data.synthetic.synthetic_batch``, with Chinese word lengths: masking's cost depends on
+shapes, not on which tokens are there.
 """
 
 import argparse
 import sys
 import time
 
-import bench_train  # tools/ is the script's directory
+import bench_common  # tools/ is the script's directory
+import bench_train
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 SCHEMES = ("token", "whole_word", "ngram", "knowledge", "span", "correction")
 
 
-def _timeit(fn, *args, reps):
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+def _masking_seconds(config, batch, reps):
+    """Median seconds of the jitted ``mask_batch`` on ``batch``, already on the device."""
+    from zhlm import masking
+
+    f, key = jax.jit(lambda b, k: masking.mask_batch(b, k, config)), jax.random.key(0)
+    return bench_common.median_seconds(lambda: jax.block_until_ready(f(batch, key)), reps)
 
 
-def synthetic_batch(batch, seq_len, seed=0):
-    """Segment pairs [CLS] A [SEP] B [SEP] with jieba-like words, entities and phrases."""
-    rng = np.random.default_rng(seed)
-    f = {k: np.full((batch, seq_len), -1, np.int32) for k in ("word_ids", "phrase_ids")}
-    f["entity_ids"] = np.full((batch, seq_len), -1, np.int32)
-    f["input_ids"] = rng.integers(106, 21128, (batch, seq_len)).astype(np.int32)
-    f["similar_ids"] = rng.integers(106, 21128, (batch, seq_len)).astype(np.int32)
-    f["token_type_ids"] = np.zeros((batch, seq_len), np.int32)
-    f["attention_mask"] = np.ones((batch, seq_len), np.int32)
-    for b in range(batch):
-        lengths = rng.choice([1, 2, 3, 4], size=seq_len, p=[0.45, 0.45, 0.07, 0.03])
-        word = np.repeat(np.arange(seq_len), lengths)[: seq_len - 3]
-        cut = int(rng.integers(10, seq_len - 10))
-        row = np.concatenate([[-1], word[: cut - 1], [-1], word[cut - 1 :], [-1]])
-        f["word_ids"][b] = row
-        f["input_ids"][b, row < 0] = 102
-        f["input_ids"][b, 0] = 101
-        f["token_type_ids"][b, cut:] = 1
-        unit = np.where(row >= 0, row // 3, -1)  # phrases: runs of about three words
-        f["phrase_ids"][b] = np.where(rng.random(seq_len)[np.maximum(unit, 0)] < 0.3, unit, -1)
-        f["entity_ids"][b] = np.where(rng.random(seq_len)[np.maximum(row, 0)] < 0.07, row, -1)
-    f["sentence_label"] = rng.integers(2, size=batch).astype(np.int32)
-    return {k: jnp.asarray(v) for k, v in f.items()}
+def _step_seconds(config, batch, reps):
+    """The real step with fresh masks and with masks fixed before: ``{True: s, False: s}``."""
+    from zhlm import masking
+    from zhlm.train.step import make_trainer
 
-
-def _config(scheme, seq_len, size):
-    from zhlm import defaults
-
-    c = defaults.get_base_config()
-    c.model.size = size
-    c.masking.scheme = scheme
-    c.masking.replacement = "mac" if scheme == "correction" else "partial_mask"
-    c.masking.max_predictions_per_seq = int(round(0.15 * seq_len))
-    c.data.max_seq_length = seq_len
-    return c
-
-
-def _train_step(config, batch, with_masking):
-    """A BERT pretraining step (masking -> model -> loss -> grads -> AdamW), jitted."""
-    import optax
-
-    from zhlm import masking, objectives
-    from zhlm.models import build_model
-
-    model = build_model(config)
-    ids = batch["input_ids"]
-    variables = model.init(jax.random.key(0), ids, batch["token_type_ids"], batch["attention_mask"])
-    opt = optax.adamw(1e-4)
-    state = (variables["params"], opt.init(variables["params"]))
-    fixed = masking.mask_batch(batch, jax.random.key(1), config)  # for the step without masking
-
-    def step(state, batch, rng):
-        params, opt_state = state
-        m = masking.mask_batch(batch, rng, config) if with_masking else {**batch, **fixed}
-        span = {k: m[k] for k in ("span_left", "span_right", "span_offset") if k in m}
-
-        def loss_fn(p):
-            out = model.apply(
-                {**variables, "params": p},
-                m["input_ids"],
-                m["token_type_ids"],
-                m["attention_mask"],
-                masked_positions=m["masked_positions"],
-                deterministic=False,
-                rngs={"dropout": rng},
-                **span,
-            )
-            return objectives.pretraining_loss(out, m)[0]
-
-        grads = jax.grad(loss_fn)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
-
-    return jax.jit(step), state
+    fixed = masking.mask_batch(batch, jax.random.key(1), config)
+    timed = {}
+    for with_masking, mask_fn in (
+        (True, masking.mask_batch),
+        (False, lambda batch, rng, config: {**batch, **fixed}),
+    ):
+        trainer = make_trainer(config, mask_fn=mask_fn)
+        timed[with_masking] = bench_common.step_seconds(trainer, batch, reps, warmup=1)
+    return timed
 
 
 def masking_bench(args):
-    from zhlm import masking
+    from zhlm.data.synthetic import synthetic_batch
 
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, batch {args.batch}")
     print("\n| scheme | " + " | ".join(f"us/seq @{s}" for s in args.seq) + " |")
@@ -121,11 +60,9 @@ def masking_bench(args):
     for scheme in SCHEMES:
         row = []
         for s in args.seq:
-            batch = synthetic_batch(args.batch, s)
-            c = _config(scheme, s, args.model_size)
-            f = jax.jit(lambda b, k, c=c: masking.mask_batch(b, k, c))
-            t = _timeit(f, batch, jax.random.key(0), reps=args.reps)
-            cost[scheme, s] = t
+            batch = jax.device_put(synthetic_batch(args.batch, s))
+            c = bench_common.config(args.model_size, args.batch, s, scheme=scheme)
+            cost[scheme, s] = t = _masking_seconds(c, batch, args.reps)
             row.append(f"{1e6 * t / args.batch:.1f}")
         print(f"| {scheme} | " + " | ".join(row) + " |")
     if args.no_step:
@@ -136,11 +73,8 @@ def masking_bench(args):
     print("|---|---|---|---|---|")
     batch = synthetic_batch(args.batch, s)
     for scheme in args.step_schemes:
-        c = _config(scheme, s, args.model_size)
-        timed = {}
-        for with_masking in (True, False):
-            step, state = _train_step(c, batch, with_masking)
-            timed[with_masking] = _timeit(step, state, batch, jax.random.key(2), reps=args.reps)
+        c = bench_common.config(args.model_size, args.batch, s, scheme=scheme)
+        timed = _step_seconds(c, batch, args.reps)
         share = cost[scheme, s] / timed[True]
         print(
             f"| {scheme} | {1e3 * cost[scheme, s]:.1f} | {1e3 * timed[True]:.0f} | "
@@ -157,15 +91,12 @@ def prepare_bench(args):
     import shutil
     import tempfile
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from ablations import load_module
-
+    from zhlm import config_files
     from zhlm.data import builder, pipeline, words
 
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     data = os.path.join(root, "..", "shared", "data", "corpus")
-    recipe = load_module(os.path.join(root, "configs", f"{args.recipe}.py"), args.recipe)
-    config = recipe.get_config("tiny")
+    config = config_files.load(args.recipe, "tiny")
     config.data.shard_mb = args.shard_mb
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
@@ -198,7 +129,7 @@ def prepare_bench(args):
     best = {}
     for r in range(args.rounds):
         for n in args.processes if r % 2 == 0 else args.processes[::-1]:
-            pipeline._ANNOTATORS.clear()
+            pipeline.reset_annotators()
             t = time.perf_counter()
             builder.prepare(
                 config.data,

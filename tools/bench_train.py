@@ -27,24 +27,13 @@ import subprocess
 import sys
 import time
 
+import bench_common  # tools/, the script's directory
+
 CASES = {
     "tiny-fp32": dict(size="tiny", batch=32, seq=128, dtype="float32"),
     "base-fp32": dict(size="base", batch=8, seq=128, dtype="float32"),
     "base-bf16": dict(size="base", batch=8, seq=128, dtype="bfloat16"),
 }
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
-
-def _config(size, batch, seq, dtype, layers=0):
-    sys.path.insert(0, ROOT)
-    from zhlm import defaults
-
-    c = defaults.get_base_config()
-    c.model.size, c.model.dtype, c.model.num_layers = size, dtype, layers
-    c.train.batch_size, c.data.max_seq_length = batch, seq
-    c.masking.max_predictions_per_seq = round(0.15 * seq)
-    c.train.num_steps, c.optim.warmup_steps = 1000, 10
-    return c
 
 
 def _rss_mb():
@@ -52,28 +41,13 @@ def _rss_mb():
 
 
 def _jax_worker(case, reps):
-    import jax
-    import numpy as np
-    from bench import synthetic_batch
-
+    from zhlm.data.synthetic import synthetic_batch
     from zhlm.train import metrics
     from zhlm.train.step import make_trainer
 
-    c = _config(**case)
+    c = bench_common.config(**case)
     trainer = make_trainer(c)
-    state = trainer.init(jax.random.key(0))
-    batch = synthetic_batch(case["batch"], case["seq"])
-    rng = jax.random.key(1)
-    for _ in range(2):
-        state, m = trainer.step(state, batch, rng)
-    jax.block_until_ready(m)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        state, m = trainer.step(state, batch, rng)
-        jax.block_until_ready(m)
-        times.append(time.perf_counter() - t)
-    sec = float(np.median(times))
+    sec = bench_common.step_seconds(trainer, synthetic_batch(case["batch"], case["seq"]), reps)
     flops = case["batch"] * metrics.train_flops_per_sequence(
         trainer.model.config, case["seq"], c.masking.max_predictions_per_seq
     )
@@ -81,11 +55,9 @@ def _jax_worker(case, reps):
 
 
 def _torch_worker(case, reps):
-    import numpy as np
     import torch
     import transformers
 
-    sys.path.insert(0, ROOT)
     from zhlm.models import SIZES
 
     torch.set_num_threads(os.cpu_count())
@@ -120,41 +92,27 @@ def _torch_worker(case, reps):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    return dict(seconds=float(np.median(times)))
+    return dict(seconds=bench_common.median_seconds(step, reps, warmup=2))
 
 
 def _matmul_peak(n=2048, reps=5):
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     a = jnp.ones((n, n), jnp.float32)
     f = jax.jit(lambda x: x @ x)
-    jax.block_until_ready(f(a))
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(f(a))
-        times.append(time.perf_counter() - t)
-    return 2 * n**3 / float(np.median(times))
+    return 2 * n**3 / bench_common.median_seconds(lambda: jax.block_until_ready(f(a)), reps)
 
 
 def _compile_seconds(layers):
     import flax.linen as nn
     import jax
-    from bench import synthetic_batch
 
+    from zhlm.data.synthetic import synthetic_batch
     from zhlm.train import sharding
     from zhlm.train.step import make_trainer
 
-    trainer = make_trainer(_config("tiny", 8, 128, "float32", layers=layers))
+    trainer = make_trainer(bench_common.config("tiny", 8, 128, "float32", layers=layers))
     state = trainer.abstract_state()
     batch = synthetic_batch(8, 128)
     t = time.perf_counter()

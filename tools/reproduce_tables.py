@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import ablations  # noqa: E402
 
+from zhlm import config_files  # noqa: E402
 from zhlm.models import build_model, count_params  # noqa: E402
 
 # ALBERT (Lan et al., 2020) Table 1, 30k vocabulary. xxlarge: the table says 235M, the paper's
@@ -36,12 +37,6 @@ PAPER = [
     ("ALBERT-xlarge", "albert", "xlarge", "60M", 60e6),
     ("ALBERT-xxlarge", "albert", "xxlarge", "235M (README: 223M)", 223e6),
 ]
-
-
-def load_config(recipe, arg):
-    """``configs/<recipe>.py:get_config(arg)``, as the command-line tools load it."""
-    path = os.path.join(ROOT, "configs", f"{recipe}.py")
-    return ablations.load_module(path, f"configs.{recipe}").get_config(arg)
 
 
 def _millions(n):
@@ -64,7 +59,7 @@ def params_table(scale):
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, recipe, size, paper, paper_n in PAPER:
-            config = load_config(recipe, size)
+            config = config_files.load(recipe, size)
             config.model.vocab_size = vocab
             model = build_model(config)
             c = count_params(model)
@@ -135,7 +130,7 @@ def masking_table(scale):
         "|---|---|---|---|---|---|---|---|",
     ]
     for recipe in sorted(MASKING_PAPER):
-        config = load_config(recipe, "tiny")
+        config = config_files.load(recipe, "tiny")
         config.train.batch_size, config.train.eval_examples = batch_size, 0
         loader = data_loader.from_config(cache.ensure_dataset(config, progress=False), config)
         fn = jax.jit(lambda b, k, c=config: masking.mask_batch(b, k, c, details=True))

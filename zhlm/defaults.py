@@ -1,6 +1,7 @@
 """The one place every configuration key is declared, with its default and meaning.
 
-Recipe files in ``configs/`` start from :func:`get_base_config` and change values only; a key
+Recipe files in ``configs/`` start from :func:`get_base_config` (pretraining) or
+:func:`get_finetune_config` (``configs/finetune``) and change values only; a key
 that is not declared here cannot be set anywhere (configs are locked), so a typo on the command
 line fails instead of being ignored.
 """
@@ -35,6 +36,9 @@ def _model():
             dtype="float32",  # compute dtype: float32 or bfloat16 (params stay param_dtype)
             param_dtype="float32",  # master weights
             remat="none",  # rematerialise each layer: none, full, or dots (save matmul outputs)
+            # Hugging Face family of an export: bert, ernie or albert (empty: albert for a
+            # factorised embedding, else bert). Imports set it from the folder's model_type.
+            export_family="",
         )
     )
 
@@ -76,6 +80,7 @@ def _data():
             lexicon_dir="",  # THUOCL lexicons for entity/phrase units (empty: bundled in zhlm)
             cilin="",  # Cilin synonyms file for similar_ids (empty: bundled in zhlm)
             mixture="",  # loader weights "name:w,..." of --input name=GLOB sources (empty: by size)
+            dialogue_sources=(),  # --input names holding dialogue JSON lines: ERNIE DLM records
             seed=0,  # seed of the prepare-time draws (NSP/SOP, short sequences, similar words)
             shard_mb=4.0,  # plain text files are cut into shards of this many MB for parallelism
             # Where zhlm-pretrain finds the prepared dataset (zhlm-prepare's --data_dir). Empty:
@@ -101,7 +106,7 @@ def _train():
             checkpoint_every=500,  # steps between (asynchronous) checkpoints
             keep_checkpoints=3,  # checkpoints kept in the workdir
             # Parameters to start from when the workdir has no checkpoint: a zhlm checkpoint
-            # (zhlm-convert's output) or a Hugging Face folder, read through the converter.
+            # (zhlm-convert's output), a pretraining workdir or a Hugging Face folder.
             init_from="",
             peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs by device kind)
             # Multi-host: call jax.distributed.initialize(); the three values below are
@@ -110,21 +115,28 @@ def _train():
             coordinator_address="",
             num_processes=0,
             process_id=-1,
-            mesh=(("data", -1), ("fsdp", 1), ("tensor", 1)),  # device mesh axes (-1: the rest)
-            # Logical parameter/activation axis -> mesh axes (zhlm/models/layers.py names).
-            logical_rules=(
-                ("batch", ("data", "fsdp")),
-                ("vocab", "tensor"),
-                ("embed", "fsdp"),
-                ("mlp", "tensor"),
-                ("heads", "tensor"),
-                ("kv", None),
-                ("layers", None),
-                ("length", None),
-                ("factor", None),
-                ("norm", None),
-            ),
+            **_sharding(),
         )
+    )
+
+
+def _sharding():
+    """The mesh keys pretraining and fine-tuning share (``zhlm.train.sharding`` reads them)."""
+    return dict(
+        mesh=(("data", -1), ("fsdp", 1), ("tensor", 1)),  # device mesh axes (-1: the rest)
+        # Logical parameter/activation axis -> mesh axes (zhlm/models/layers.py names).
+        logical_rules=(
+            ("batch", ("data", "fsdp")),
+            ("vocab", "tensor"),
+            ("embed", "fsdp"),
+            ("mlp", "tensor"),
+            ("heads", "tensor"),
+            ("kv", None),
+            ("layers", None),
+            ("length", None),
+            ("factor", None),
+            ("norm", None),
+        ),
     )
 
 
@@ -160,6 +172,77 @@ def get_base_config() -> ml_collections.ConfigDict:
     return config
 
 
+def _task():
+    return ml_collections.ConfigDict(
+        dict(
+            name="",  # the task's name, for logs and results.json
+            # classification (one text), pair (two texts), mrc (answer spans) or ner (entities)
+            kind="classification",
+            # classification/pair: tsv, csv, jsonl, json, parquet or datasets (a save_to_disk
+            # folder), also the old names sentence_tsv, pair_tsv, pair_jsonl; mrc: squad; ner:
+            # tagged (char<TAB>tag lines) or spans_jsonl (CLUENER-style offset spans)
+            format="tsv",
+            # classification/pair: the text column(s), names or 0-based positions (one, two
+            # for pair); empty: the usual header names, else the columns before the label
+            text_fields=(),
+            label_field="",  # its label column, name or position (empty: header "label"/last)
+            train_file="",  # training data (a file; a folder for format datasets)
+            dev_file="",  # evaluation data (empty when holdout > 0)
+            holdout=0.0,  # > 0: the last fraction of train_file (passages for mrc) evaluates
+            # Label strings in the order of the classifier outputs (not mrc); ner: BIO tags.
+            # Empty: from the training file (sorted, numbers numerically; ner: O, then B-/I-
+            # per type), printed with counts; evaluation labels outside it are reported.
+            labels=(),
+            scheme="auto",  # ner tag files: auto (detected), bio, iob1, bioes or bmes
+            max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
+            doc_stride=128,  # mrc, ner: tokens between the starts of consecutive windows
+            max_query_length=64,  # mrc: question tokens kept
+            n_best_size=20,  # mrc: start and end candidates searched per window
+            max_answer_length=30,  # mrc: longest answer in tokens
+            vocab="",  # WordPiece vocab.txt (empty: the init folder's vocab.txt, else Google's)
+            lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
+        )
+    )
+
+
+def _finetune_train():
+    return ml_collections.ConfigDict(
+        dict(
+            seed=0,  # seed of the first run; run i uses seed + i (head init, dropout, order)
+            seeds=1,  # repeated runs; results.json reports the max and mean dev metric
+            batch_size=32,  # sequences (MRC, NER: windows) per step, split over the devices
+            epochs=3,  # passes over the training set
+            eval_every_epoch=True,  # evaluate after every epoch and keep the best (else last)
+            max_train_examples=0,  # > 0: only the first N training examples (quick runs)
+            max_eval_examples=0,  # > 0: only the first N evaluation examples (MRC: questions)
+            log_every=50,  # steps between printed loss lines (0: none)
+            save_best=True,  # write the best run's best parameters to workdir/best
+            **_sharding(),  # data-parallel over every local device by default
+        )
+    )
+
+
+def get_finetune_config(size: str = "base") -> ml_collections.ConfigDict:
+    """Every fine-tuning key with its default; ``configs/finetune`` files change values.
+
+    ``model`` and ``optim`` are the pretraining sections (their keys documented above) with the
+    papers' fine-tuning optimizer (AdamW, linear decay, 2e-5) plus ``warmup_ratio``; ``size``
+    is the random encoder's, used only without ``--init`` (an init brings its own model).
+    """
+    from zhlm.models import sizes  # here: data workers import this module without JAX
+
+    base = get_base_config()
+    config = ml_collections.ConfigDict()
+    config.task = _task()
+    config.model = base.model
+    config.model.size = sizes.check_size(size or "base")
+    config.optim = base.optim
+    config.optim.update(name="adamw", schedule="linear", peak_lr=2e-5, warmup_steps=0)
+    config.optim.warmup_ratio = 0.1  # > 0: warmup_steps = this share of all steps
+    config.train = _finetune_train()
+    return config
+
+
 # Sizes meant for a laptop CPU get a laptop-sized run (the loss falls within minutes on the
 # bundled corpus): smaller batches, fewer steps, frequent logs, and the larger learning rate a
 # model this small needs (LAMB's steps are relative to each layer's norm, so it needs more).
@@ -167,23 +250,29 @@ LOCAL_TRAIN = dict(batch_size=32, num_steps=600, log_every=20, eval_every=100, c
 LOCAL_LR = {"adamw": 1e-3, "lamb": 1e-2}
 
 
+def local_warmup(num_steps: int) -> int:
+    """Warmup steps of a laptop-sized run of ``num_steps``: the first 10%."""
+    return num_steps // 10
+
+
 def local_scale(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Recipe files end with this: for ``tiny`` and ``mini`` models, :data:`LOCAL_TRAIN`,
-    warmup over the first 10% and :data:`LOCAL_LR`; other sizes keep the recipe's values."""
+    :func:`local_warmup` and :data:`LOCAL_LR`; other sizes keep the recipe's values."""
     if config.model.size in ("tiny", "mini"):
         config.train.update(LOCAL_TRAIN)
-        config.optim.warmup_steps = LOCAL_TRAIN["num_steps"] // 10
+        config.optim.warmup_steps = local_warmup(LOCAL_TRAIN["num_steps"])
         config.optim.peak_lr = LOCAL_LR[config.optim.name]
     return config
 
 
 def config_from_dict(values: dict) -> ml_collections.ConfigDict:
-    """A config saved with ``config.to_dict()`` or ``to_json()``, checked against the base.
+    """A config saved with ``config.to_dict()`` or ``to_json()``, checked against its base
+    (:func:`get_finetune_config` when it has a ``task`` section, else :func:`get_base_config`).
 
     Keys the base does not declare are an error (a checkpoint from another zhlm version says so
     instead of silently losing a setting); JSON lists become tuples where the base has a tuple.
     """
-    config = get_base_config()
+    config = get_finetune_config() if "task" in values else get_base_config()
 
     def merge(node, new, prefix):
         for key, value in new.items():

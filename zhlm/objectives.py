@@ -6,13 +6,15 @@ stays a single branch-free function for all six recipes; a recipe without NSP si
 
 Losses are means over real targets (MLM and SBO: sum of weighted NLL / sum of weights, so padded
 prediction slots count for nothing and every real target weighs the same however many a sequence
-has). Metrics are SUMS and COUNTS, so the train loop can add them over steps and devices and
-divide only when it logs (``summarize``). Softmax is computed in float32 whatever the compute
+has). Metrics are sums and counts (``zhlm.train.sums``), so the loop adds them over steps and
+devices and divides only when it logs. Softmax is computed in float32 whatever the compute
 dtype, because bf16 log-probabilities over 21k classes lose the small ones.
 """
 
 import jax
 import jax.numpy as jnp
+
+from zhlm.train import sums
 
 
 def _nll_and_correct(logits, labels):
@@ -28,11 +30,7 @@ def token_loss(logits, labels, weights, name):
     weights = weights.astype(jnp.float32)
     count = jnp.sum(weights)
     loss_sum = jnp.sum(nll * weights)
-    metrics = {
-        f"{name}_loss_sum": loss_sum,
-        f"{name}_correct": jnp.sum(correct * weights),
-        f"{name}_count": count,
-    }
+    metrics = sums.objective(name, loss_sum, count, correct=jnp.sum(correct * weights))
     return loss_sum / jnp.maximum(count, 1.0), metrics
 
 
@@ -70,21 +68,4 @@ def pretraining_loss(outputs, batch):
         loss, m = objective(outputs, batch)
         total += loss
         metrics.update(m)
-    # One value per step, so the loop's sum over steps / count is the mean step loss.
-    metrics["total_loss_sum"] = total
-    metrics["total_count"] = jnp.ones(())
-    return total, metrics
-
-
-def summarize(metrics):
-    """Sums and counts (possibly added over steps) -> means: ``<name>_loss`` and
-    ``<name>_accuracy`` for mlm, sentence, sbo, and ``loss`` (the mean total loss)."""
-    out = {}
-    for key, count in metrics.items():
-        if key.endswith("_count"):
-            name, count = key[: -len("_count")], max(float(count), 1.0)
-            out[f"{name}_loss"] = float(metrics[f"{name}_loss_sum"]) / count
-            if f"{name}_correct" in metrics:
-                out[f"{name}_accuracy"] = float(metrics[f"{name}_correct"]) / count
-    out["loss"] = out.pop("total_loss")
-    return out
+    return total, dict(metrics, **sums.step_loss(total))

@@ -1,18 +1,20 @@
 """ChnSentiCorp sentiment (2 classes), as in ERNIE, Chinese-BERT-wwm and MacBERT.
 
-  zhlm-finetune --config=configs/finetune/chnsenticorp.py --init=HF_OR_CKPT_DIR --workdir=/tmp/cs
+  zhlm-finetune --config=configs/finetune/chnsenticorp.py --init=HF_OR_CKPT_DIR --workdir=/tmp/cs \
+      --config.task.train_file=chnsenticorp/train.tsv --config.task.dev_file=chnsenticorp/dev.tsv
 
-The ERNIE split (train 9,600 / dev 1,200) from ../shared/data; max length 256, lr 2e-5, batch
-32, 3 epochs, within what the papers use (lr 2e-5..3e-5, batch 32/64, 2-3 epochs). The
-argument picks the size of a random encoder (used only without --init; with it the
-checkpoint's dimensions apply). The other task files take the same argument.
+Data: the ERNIE / Chinese-BERT-wwm split (train 9,600 / dev 1,200 / test 1,200 reviews), TSV
+with the header ``label<TAB>text_a``, as GitHub dbiir/UER-py ships it in
+``datasets/chnsenticorp/`` (also in ERNIE's task data). Another layout of the same reviews, e.g.
+a ``label,review`` CSV: add ``--config.task.format=csv`` (the columns are found by name). The
+label order ``0, 1`` (negative, positive) is the classifier's output order. Max length 256,
+lr 2e-5, batch 32, 3 epochs, within what the papers use (lr 2e-5..3e-5, batch 32/64, 2-3
+epochs). The argument picks the size of a random encoder (used only without --init; with it
+the checkpoint's dimensions apply). The other task files take the same argument, and give
+their data paths the same way (``--config.task.train_file``; a missing one is an error).
 """
 
-import os
-
 from zhlm.finetune.train import get_base_config
-
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
 
 
 def get_config(arg="base"):
@@ -20,9 +22,9 @@ def get_config(arg="base"):
     config.task.update(
         name="chnsenticorp",
         kind="classification",
-        format="sentence_tsv",
-        train_file=os.path.join(DATA, "chnsenticorp", "train.tsv"),
-        dev_file=os.path.join(DATA, "chnsenticorp", "dev.tsv"),
+        format="tsv",
+        train_file="",  # chnsenticorp/train.tsv
+        dev_file="",  # chnsenticorp/dev.tsv (test.tsv for the papers' test figures)
         labels=("0", "1"),
         max_seq_length=256,
     )

@@ -1,21 +1,21 @@
 """CMRC 2018 span-extraction reading comprehension, as in Chinese-BERT-wwm and MacBERT.
 
-  zhlm-finetune --config=configs/finetune/cmrc2018.py --init=HF_OR_CKPT_DIR --workdir=/tmp/cmrc
+  zhlm-finetune --config=configs/finetune/cmrc2018.py --init=HF_OR_CKPT_DIR --workdir=/tmp/cmrc \
+      --config.task.train_file=cmrc2018/cmrc2018_dev.json
   zhlm-cmrc-eval /tmp/cmrc/eval_set.json /tmp/cmrc/predictions_dev.json
 
-The official training set is not offline, so the dev file is split by passage in file order:
+Data: GitHub ymcui/cmrc2018, ``squad-style-data/`` (``cmrc2018_train.json``, ``_dev``, ``_trial``;
+SQuAD v1 JSON). The recipe here has only the dev file, split by passage in file order:
 the first 80% of the 848 passages (678, with their questions) train, the last 20% (170)
 evaluate (``task.holdout=0.2``); no passage is in both. Scored with the official metric
 against all three references of each question. Max length 512, doc stride 128, query 64,
 answers up to 30 tokens (BERT's run_squad defaults), lr 3e-5, batch 32, 2 epochs.
-DRCD reads the same way: point ``task.train_file`` / ``task.dev_file`` at its SQuAD files.
+With the training file: ``--config.task.train_file=cmrc2018_train.json
+--config.task.dev_file=cmrc2018_dev.json --config.task.holdout=0``. DRCD reads the same way:
+point ``task.train_file`` / ``task.dev_file`` at its SQuAD files.
 """
 
-import os
-
 from zhlm.finetune.train import get_base_config
-
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
 
 
 def get_config(arg="base"):
@@ -24,7 +24,7 @@ def get_config(arg="base"):
         name="cmrc2018",
         kind="mrc",
         format="squad",
-        train_file=os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json"),
+        train_file="",  # cmrc2018_dev.json (split by holdout), or cmrc2018_train.json
         dev_file="",
         holdout=0.2,
         labels=(),

@@ -1,18 +1,20 @@
 """LCQMC question matching (sentence pair, 2 classes), as in Chinese-BERT-wwm and MacBERT.
 
-  zhlm-finetune --config=configs/finetune/lcqmc.py --init=HF_OR_CKPT_DIR --workdir=/tmp/lcqmc
+  zhlm-finetune --config=configs/finetune/lcqmc.py --init=HF_OR_CKPT_DIR --workdir=/tmp/lcqmc \
+      --config.task.train_file=LCQMC/dev.txt
 
-Only the official dev file (8,802 pairs) is offline, so it is split in file order: the first
-80% (7,042 pairs) train, the last 20% (1,760) evaluate (``task.holdout=0.2``; both halves are
-close to balanced). Numbers are therefore not comparable with the papers' test-set figures.
-Max length 128, lr 2e-5, batch 64, 3 epochs.
+Data: LCQMC (Liu et al., COLING 2018), ``question1<TAB>question2<TAB>label`` without a header
+(label last, read by position); the official release is on request from HIT Shenzhen (ICRC),
+and GitHub IceFlameWorm/NLP_Datasets has ``LCQMC/{train,dev,test}.txt``. The recipe here has
+only the dev file (8,802 pairs), split in file order: the first 80% (7,042 pairs) train, the
+last 20% (1,760) evaluate (``task.holdout=0.2``; both halves are close to balanced), so its
+numbers are not comparable with the papers' test-set figures. With the full release:
+``--config.task.train_file=LCQMC/train.txt --config.task.dev_file=LCQMC/dev.txt
+--config.task.holdout=0``. A CSV with a ``sentence1,sentence2,label`` header: add
+``--config.task.format=csv``. Max length 128, lr 2e-5, batch 64, 3 epochs.
 """
 
-import os
-
 from zhlm.finetune.train import get_base_config
-
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
 
 
 def get_config(arg="base"):
@@ -20,8 +22,8 @@ def get_config(arg="base"):
     config.task.update(
         name="lcqmc",
         kind="pair",
-        format="pair_tsv",
-        train_file=os.path.join(DATA, "lcqmc", "dev.txt"),
+        format="tsv",
+        train_file="",  # LCQMC/dev.txt (split by holdout), or train.txt with dev_file
         dev_file="",
         holdout=0.2,
         labels=("0", "1"),

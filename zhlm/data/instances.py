@@ -40,9 +40,11 @@ class Writer:
         self.fields = tuple(fields)
         self.cls, self.sep, self.pad = cls_id, sep_id, pad_id
 
-    def __call__(self, segments, label=None) -> dict:
+    def __call__(self, segments, label=None, types=None) -> dict:
         """``segments``: a list of segments, each a list of ``(doc, start, end)`` pieces; a
-        ``[SEP]`` follows every piece that ends a segment and every document change."""
+        ``[SEP]`` follows every piece that ends a segment and every document change.
+        ``types``: each segment's ``token_type_ids`` value (default: its index; dialogues
+        give each turn its speaker's role, :mod:`zhlm.data.dialogue`)."""
         n = self.length
         out = {name: np.full(n, -1, np.int32) for name in ("word_ids",) + self.fields}
         out["input_ids"] = np.full(n, self.pad, np.int32)
@@ -60,7 +62,8 @@ class Writer:
                     if name in next_unit:
                         values, next_unit[name] = _renumber(values, next_unit[name])
                     out[name][sl] = values
-                out["token_type_ids"][pos : pos + k + 1] = segment_index
+                kind = segment_index if types is None else types[segment_index]
+                out["token_type_ids"][pos : pos + k + 1] = kind
                 pos += k
                 out["input_ids"][pos] = self.sep
                 pos += 1

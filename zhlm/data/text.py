@@ -241,6 +241,19 @@ def read_documents(shard: Shard, layout: str, jsonl_field: str, report: Report):
         report.reason("empty_file", message=f"{where}: no text")
 
 
+def json_objects(shard: Shard, report: Report):
+    """The JSON objects of a JSON-lines shard, one a line (blank lines skipped, bad ones
+    counted): the reader of records that are not one text, such as dialogues' turns."""
+    for raw_doc in _documents_raw(shard, "lines", report):
+        line = _decode(raw_doc[0], report, shard.path)
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as e:
+            report.reason("bad_json_line", message=f"{shard.path}: {type(e).__name__} {e}")
+
+
 def clean(text: str, report: Report, converter=None) -> str:
     """Normalise one line: full-width ASCII to half-width (Chinese punctuation kept), control
     and zero-width characters removed, whitespace collapsed, optionally traditional to

@@ -13,6 +13,10 @@ Three kinds share one model interface (fixed ``[N, max_seq_length]`` int32 array
   tokenizer normalised. Of the windows that share a token, the one giving it the most context on
   both sides is the only one whose spans may start there (BERT's "max context").
 
+Reading settles the label set too: an empty ``task.labels`` becomes the training file's labels
+(:func:`resolve_labels`) and is written back into ``task``, so the head, the metrics and the
+saved config all see the same order.
+
 Why the split helpers: LCQMC and CMRC 2018 have no offline training file, so a config may hold
 out the *last* fraction of one file (records, or whole passages for MRC so that no passage is in
 both halves). Deterministic and documented in the config, so every run sees the same halves.
@@ -20,6 +24,7 @@ both halves). Deterministic and documented in the config, so every run sees the 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -27,26 +32,42 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from zhlm import paths
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import cmrc_metric, readers
+from zhlm.finetune import cmrc_metric, ner, readers, sniff, tables
 
-KINDS = ("classification", "pair", "mrc")
-# Reader name (config.task.format) -> (reader, whether it takes a label list).
+KINDS = ("classification", "pair", "mrc", "ner")
+TABLE_FORMATS = tables.FORMATS
+# Reader name (config.task.format) -> reader(path, task) -> (examples, report). An empty
+# task.labels reads every label (read_task then infers the set from the training file).
 READERS = {
-    "sentence_tsv": (readers.read_sentence_tsv, True),
-    "pair_tsv": (readers.read_pair_tsv, True),
-    "pair_jsonl": (readers.read_pair_jsonl, True),
-    "squad": (readers.read_squad, False),
+    **{
+        fmt: lambda path, task, fmt=fmt: tables.read_table(
+            path, fmt, task.kind, task.text_fields, task.label_field, list(task.labels) or None
+        )
+        for fmt in TABLE_FORMATS
+    },
+    # The names of the formats before there were text_fields/label_field, kept as they read.
+    "sentence_tsv": lambda path, task: readers.read_sentence_tsv(path, list(task.labels) or None),
+    "pair_tsv": lambda path, task: readers.read_pair_tsv(path, list(task.labels) or None),
+    "pair_jsonl": lambda path, task: readers.read_pair_jsonl(path, list(task.labels) or None),
+    "squad": lambda path, task: readers.read_squad(path),
+    "tagged": lambda path, task: ner.read_tagged(path, task.scheme),
+    "spans_jsonl": lambda path, task: ner.read_spans_jsonl(path),
 }
-FORMATS = {"classification": ("sentence_tsv",), "pair": ("pair_tsv", "pair_jsonl")}
-FORMATS["mrc"] = ("squad",)
+FORMATS = {
+    "classification": (*TABLE_FORMATS, "sentence_tsv"),
+    "pair": (*TABLE_FORMATS, "pair_tsv", "pair_jsonl"),
+    "mrc": ("squad",),
+    "ner": ("tagged", "spans_jsonl"),
+}
 
 
 # ------------------------------------------------------------------------------ reading
 
 
 def check_task(task) -> None:
-    """Fails with a message naming the key when kind and format do not fit together."""
+    """Fails with one line naming the key when a path is missing or the keys do not fit."""
     if task.kind not in KINDS:
         raise ValueError(f"config.task.kind={task.kind!r}; expected one of {', '.join(KINDS)}")
     if task.format not in FORMATS[task.kind]:
@@ -54,33 +75,84 @@ def check_task(task) -> None:
             f"config.task.format={task.format!r} cannot feed kind {task.kind!r} "
             f"(use {' or '.join(FORMATS[task.kind])})"
         )
+    if (task.text_fields or task.label_field) and task.format not in TABLE_FORMATS:
+        raise ValueError(
+            f"config.task.text_fields/label_field: format {task.format!r} has fixed fields "
+            f"(they apply to {', '.join(TABLE_FORMATS)})"
+        )
     if not 0.0 <= task.holdout < 1.0:
         raise ValueError(f"config.task.holdout={task.holdout} must be in [0, 1)")
-    if bool(task.dev_file) == (task.holdout > 0):
-        raise ValueError("set exactly one of config.task.dev_file and config.task.holdout")
+    if not task.train_file:
+        raise ValueError("config.task.train_file is empty: pass --config.task.train_file=PATH")
+    if task.holdout == 0 and not task.dev_file:
+        raise ValueError(
+            "config.task.dev_file is empty: pass --config.task.dev_file=PATH (or "
+            "--config.task.holdout=0.2 to evaluate on the last 20% of the training file)"
+        )
+    if task.dev_file and task.holdout > 0:
+        raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
 
 
 def read_file(task, path: str):
     """``(examples, report)`` of one file through the reader ``task.format`` names; the report
-    (every bad record with file and line) is printed."""
-    reader, takes_labels = READERS[task.format]
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    examples, report = reader(path, list(task.labels)) if takes_labels else reader(path)
+    (every bad record with file and line) is printed. A table of which no record could be
+    read fails with what the file looks like and the flags that would read it."""
+    folder = task.format == "datasets"  # save_to_disk writes a folder
+    if not (os.path.isdir if folder else os.path.isfile)(path):
+        raise FileNotFoundError(f"{path}: no such {'folder' if folder else 'file'}")
+    examples, report = READERS[task.format](path, task)
     print(report.summary(), flush=True)
+    if not examples and report.issues and task.kind in ("classification", "pair"):
+        counts = ", ".join(f"{kind}={n}" for kind, n in sorted(report.counts.items()))
+        raise ValueError(
+            f"{path}: no record could be read as format {task.format} ({counts}); the file "
+            f"looks like: {sniff.describe(path, task.kind)}"
+        )
     return examples, report
 
 
 def read_task(task):
     """``(train_examples, eval_examples, reports)``: the two files, or one file split by
-    ``task.holdout`` (see :func:`holdout_split`)."""
+    ``task.holdout`` (see :func:`holdout_split`). An empty ``task.labels`` is set here to the
+    labels of the training file (see :func:`resolve_labels`), so ``task`` leaves with them."""
     check_task(task)
     train, report = read_file(task, task.train_file)
+    resolve_labels(task, train)
     if task.holdout == 0:
         evaluation, dev_report = read_file(task, task.dev_file)
         return train, evaluation, [report, dev_report]
     train, evaluation = holdout_split(train, task.holdout, by_passage=task.kind == "mrc")
     return train, evaluation, [report]
+
+
+def resolve_labels(task, train: Sequence) -> None:
+    """Classification and pair: an empty ``task.labels`` becomes the training file's labels
+    (numbers in numeric order, else sorted); the set and its counts are printed either way,
+    and an evaluation file's labels outside it are reported as ``unknown_label``. NER: the
+    ``O``/``B-``/``I-`` tags of the training file's entity types (``ner.labels``)."""
+    if task.kind == "ner" and not task.labels:
+        task.labels = ner.labels(train)
+        print(f"zhlm-finetune: tags from {task.train_file}: {', '.join(task.labels)}", flush=True)
+    if task.kind not in ("classification", "pair"):
+        return
+    counts = collections.Counter(e.label for e in train)
+    given = bool(task.labels)
+    if not given:
+        found = sorted(counts, key=_label_order)
+        if len(train) >= 10 and len(found) > len(train) / 2:
+            raise ValueError(
+                f"{task.train_file}: {len(found)} distinct labels in {len(train)} records: is "
+                "the label column where it was looked for? (config.task.labels takes them "
+                f"as they are) The file looks like: {sniff.describe(task.train_file, task.kind)}"
+            )
+        task.labels = tuple(found)
+    shown = ", ".join(f"{label} ({counts[label]})" for label in task.labels)
+    how = "config.task.labels" if given else "inferred, in this order"
+    print(f"zhlm-finetune: labels of {task.train_file} ({how}): {shown}", flush=True)
+
+
+def _label_order(label: str):
+    return (0, int(label), "") if label.lstrip("-").isdigit() else (1, 0, label)
 
 
 def holdout_split(examples: Sequence, holdout: float, by_passage: bool = False):
@@ -113,22 +185,18 @@ def squad_json(examples: Sequence[readers.MrcExample]) -> dict:
     return {"version": "v1.0", "data": data}
 
 
-def load_tokenizer(task, init: str | None = None) -> WordPiece:
-    """``task.vocab``, else the vocab ``init`` was trained with (a Hugging Face folder's
-    ``vocab.txt``, a pretraining workdir's ``data.vocab``), else Google's."""
+def load_tokenizer(task, loaded=None) -> WordPiece:
+    """``task.vocab``, else the vocab the init was trained with (``loaded``, a
+    ``zhlm.train.checkpoint.Loaded``: its folder's ``vocab.txt`` or its config's), else
+    Google's."""
     vocab = task.vocab
-    if not vocab and init and os.path.isfile(os.path.join(init, "vocab.txt")):
-        vocab = os.path.join(init, "vocab.txt")
-    pretrain_config = os.path.join(init or "", "config.json")
-    if not vocab and init and os.path.isdir(os.path.join(init, "checkpoints")):
-        with open(pretrain_config, encoding="utf-8") as f:
-            data = json.load(f).get("data", {})
-        if data.get("tokenizer", "wordpiece") != "wordpiece":
+    if not vocab and loaded is not None:
+        if loaded.tokenizer != "wordpiece":
             raise ValueError(
-                f"{init} was pretrained with a {data['tokenizer']} tokenizer; fine-tuning reads "
-                "WordPiece vocabularies (set config.task.vocab to a vocab.txt)"
+                f"{loaded.description} was pretrained with a {loaded.tokenizer} tokenizer; "
+                "fine-tuning reads WordPiece vocabularies (set config.task.vocab to a vocab.txt)"
             )
-        vocab = data.get("vocab", "")
+        vocab = loaded.vocab
     return WordPiece(vocab or default_vocab(), task.lower_case)
 
 
@@ -173,7 +241,8 @@ def classification_features(examples, tokenizer, labels: Sequence[str], max_seq_
             tokens = [cls, *a.ids[: max_seq_length - 2], sep]
         ids[row, : len(tokens)] = tokens
         mask[row, : len(tokens)] = 1
-    label = np.array([label_index[e.label] for e in examples], np.int32)
+    # No label (inputs to predict): -1, which no loss or metric ever reads.
+    label = np.array([-1 if e.label is None else label_index[e.label] for e in examples], np.int32)
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask, label=label)
 
 
@@ -343,16 +412,16 @@ def _top(logits: np.ndarray, n: int) -> np.ndarray:
     return order[np.isfinite(logits[order])]
 
 
-def predict_answers(
+def best_answers(
     features: MrcFeatures,
     examples: Sequence[readers.MrcExample],
     start_logits: np.ndarray,
     end_logits: np.ndarray,
     n_best_size: int,
     max_answer_length: int,
-) -> dict[str, str]:
-    """``{qid: answer}``: the best span over all windows of each question, cut out of its
-    original context; ``""`` where no window allows a span."""
+) -> dict[str, tuple[str, float]]:
+    """``{qid: (answer, start + end logit)}``: the best span over all windows of each question,
+    cut out of its original context; ``("", -inf)`` where no window allows a span."""
     best: dict[int, tuple[float, int, int, int]] = {}
     for f, example in enumerate(features.example_index):
         context = features.char_start[f] >= 0
@@ -369,11 +438,17 @@ def predict_answers(
     answers = {}
     for index, example in enumerate(examples):
         if index not in best:
-            answers[example.qid] = ""
+            answers[example.qid] = ("", float("-inf"))
             continue
-        _, i, j, f = best[index]
-        answers[example.qid] = example.context[features.char_start[f, i] : features.char_end[f, j]]
+        score, i, j, f = best[index]
+        text = example.context[features.char_start[f, i] : features.char_end[f, j]]
+        answers[example.qid] = (text, float(score))
     return answers
+
+
+def predict_answers(*args) -> dict[str, str]:
+    """``{qid: answer}`` of :func:`best_answers` (what the CMRC metric scores)."""
+    return {qid: text for qid, (text, _) in best_answers(*args).items()}
 
 
 def mrc_score(examples: Sequence[readers.MrcExample], predictions: dict) -> cmrc_metric.CmrcScore:
@@ -382,6 +457,7 @@ def mrc_score(examples: Sequence[readers.MrcExample], predictions: dict) -> cmrc
     return cmrc_metric.evaluate(references, predictions)
 
 
-def write_json(path: str, value) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, indent=1)
+def write_json(path, value) -> None:
+    """``value`` as UTF-8 JSON at ``path`` (local or ``gs://``, see ``zhlm.paths``)."""
+    text = json.dumps(value, ensure_ascii=False, indent=1)
+    paths.resolve(path).write_text(text, encoding="utf-8")

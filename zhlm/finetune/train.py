@@ -10,79 +10,40 @@ weight 0 that count in neither the loss nor the metrics, so each step compiles o
 step is one jitted pure function that donates the state and draws dropout from
 ``fold_in(key, step)``; the seeds share the compiled functions.
 
-Files in ``workdir``: ``results.json`` (also returned), ``finetune_config.json``, ``best/`` (the
-best run's parameters, :func:`load_finetuned`), and for MRC ``predictions_dev.json``
-(``{qid: answer}``) with ``eval_set.json``, the evaluated questions in SQuAD layout, so that
-``zhlm-cmrc-eval workdir/eval_set.json workdir/predictions_dev.json`` reproduces the F1.
+Files in ``workdir`` (named in ``zhlm.workdir``): ``results.json`` (also returned),
+``config.json``, ``metrics.jsonl`` (train loss and dev metrics per epoch, one split per seed;
+TensorBoard events under ``tensorboard/``) drawn as ``curves.png``, ``best/`` (the best run's
+parameters: a parameter checkpoint that :func:`load_finetuned`, ``--init`` and
+``zhlm-convert --to=hf`` read), and the best run's dev predictions: for MRC
+``predictions_dev.json`` (``{qid: answer}``) with ``eval_set.json``, the evaluated questions in
+SQuAD layout, so that ``zhlm-cmrc-eval workdir/eval_set.json workdir/predictions_dev.json``
+reproduces the F1; for NER ``predictions_dev.jsonl`` (entity spans with their text).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 
-from zhlm import defaults
-from zhlm.finetune import heads, tasks
-from zhlm.models import sizes
+from zhlm import defaults, paths
+from zhlm import workdir as layout
+from zhlm.finetune import heads, ner, ner_features, ner_metric, tasks
+from zhlm.train import checkpoint, curves, sharding, sums
+from zhlm.train import metrics as metrics_lib
+from zhlm.train import state as state_lib
 from zhlm.train.optim import make_optimizer
 
-RESULTS, CONFIG, BEST = "results.json", "finetune_config.json", "best"
-PREDICTIONS, EVAL_SET = "predictions_dev.json", "eval_set.json"
-PRIMARY = {"classification": "accuracy", "pair": "accuracy", "mrc": "f1"}
-
-
-def get_base_config(size: str = "base") -> ml_collections.ConfigDict:
-    """Every fine-tuning key with its default; task files in configs/finetune change values.
-    ``model`` and ``optim`` are zhlm.defaults' sections (documented there) plus the ratio;
-    ``size`` (a zhlm.models.sizes name) is the random encoder's, used only without an init."""
-    config = ml_collections.ConfigDict()
-    config.task = ml_collections.ConfigDict(
-        dict(
-            name="",  # the task's name, for logs and results.json
-            kind="classification",  # classification (one text), pair (two texts) or mrc (spans)
-            format="sentence_tsv",  # reader: sentence_tsv, pair_tsv, pair_jsonl or squad
-            train_file="",  # training data
-            dev_file="",  # evaluation data (empty when holdout > 0)
-            holdout=0.0,  # > 0: the last fraction of train_file (passages for mrc) evaluates
-            labels=("0", "1"),  # label strings in the order of the classifier outputs (not mrc)
-            max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
-            doc_stride=128,  # mrc: tokens between the starts of consecutive context windows
-            max_query_length=64,  # mrc: question tokens kept
-            n_best_size=20,  # mrc: start and end candidates searched per window
-            max_answer_length=30,  # mrc: longest answer in tokens
-            vocab="",  # WordPiece vocab.txt (empty: the init folder's vocab.txt, else Google's)
-            lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
-        )
-    )
-    base = defaults.get_base_config()
-    config.model = ml_collections.ConfigDict(base.model.to_dict())
-    config.model.size = sizes.check_size(size or "base")
-    config.optim = ml_collections.ConfigDict(base.optim.to_dict())
-    config.optim.update(name="adamw", schedule="linear", peak_lr=2e-5, warmup_steps=0)
-    config.optim.warmup_ratio = 0.1  # > 0: warmup_steps = this share of all steps
-    config.train = ml_collections.ConfigDict(
-        dict(
-            seed=0,  # seed of the first run; run i uses seed + i (head init, dropout, order)
-            seeds=1,  # repeated runs; results.json reports the max and mean dev metric
-            batch_size=32,  # sequences (MRC: windows) per step
-            epochs=3,  # passes over the training set
-            eval_every_epoch=True,  # evaluate after every epoch and keep the best (else last)
-            max_train_examples=0,  # > 0: only the first N training examples (quick runs)
-            max_eval_examples=0,  # > 0: only the first N evaluation examples (MRC: questions)
-            log_every=50,  # steps between printed loss lines (0: none)
-            save_best=True,  # write the best run's best parameters to workdir/best
-        )
-    )
-    return config
+# The schema lives with every other key (zhlm.defaults); task files import it from here.
+get_base_config = defaults.get_finetune_config
+PRIMARY = {"classification": "accuracy", "pair": "accuracy", "mrc": "f1", "ner": "f1"}
+LOSS = "task"  # the objective's name in the step's sums (zhlm.train.sums)
 
 
 def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
@@ -90,9 +51,11 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
     workdir or HF folder; None: random encoder) and returns what ``results.json`` holds."""
     started = time.time()
     config = config.copy_and_resolve_references()
-    os.makedirs(workdir, exist_ok=True)
-    pretrained, init_from = _pretrained(config, init)
-    tokenizer = tasks.load_tokenizer(config.task, init)
+    root = layout.path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    loaded = _pretrained(config, init)
+    init_from = loaded.description if loaded else "random initialisation"
+    tokenizer = tasks.load_tokenizer(config.task, loaded)
     data = _Data(config, tokenizer)
     model = heads.build_head(config)
     _check_fits(config, tokenizer)
@@ -101,43 +64,52 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
     optim = ml_collections.ConfigDict(config.optim.to_dict())
     if optim.warmup_ratio > 0:
         optim.warmup_steps = min(int(round(optim.warmup_ratio * num_steps)), num_steps - 1)
-    seq_len = config.task.max_seq_length
-    shapes = jax.eval_shape(lambda: heads.init_params(model, jax.random.key(0), seq_len))
-    tx, _ = make_optimizer(optim, num_steps, shapes)  # the tree decides which leaves decay
-    steps = _Steps(model, config.task.kind, tx)
+    # The parameter tree decides which leaves decay, so the optimizer is built for it.
+    steps = _Steps(model, config, lambda params: make_optimizer(optim, num_steps, params)[0])
     print(
         f"zhlm-finetune: {config.task.name} ({config.task.kind}) from {init_from}: "
         f"{data.num_train} training rows, {num_steps} steps, {train.seeds} seed(s)",
         flush=True,
     )
-    runs = []
-    for i in range(train.seeds):
-        runs.append(_run(train.seed + i, config, data, steps, pretrained))
-    with open(os.path.join(workdir, CONFIG), "w", encoding="utf-8") as f:
-        f.write(config.to_json(indent=2))
-    results = _results(config, init, init_from, data, runs, workdir)
+    pretrained = None if loaded is None else loaded.with_task_heads()
+    metrics_file = root / layout.METRICS
+    if metrics_file.exists():  # a run is not resumed: its curves start afresh
+        metrics_file.unlink()
+    writer = metrics_lib.Writer(workdir)  # metrics.jsonl and TensorBoard, one split per seed
+    try:
+        runs = [
+            _run(train.seed + i, config, data, steps, pretrained, writer)
+            for i in range(train.seeds)
+        ]
+    finally:
+        writer.close()
+    (root / layout.CONFIG).write_text(config.to_json(indent=2))
+    results = _summary(config, init, init_from, data, runs)
+    results["devices"] = int(steps.mesh.size)
+    results["curves"] = curves.plot(workdir)
+    results.update(_write_best(config, data, runs[results["best_seed_index"]], root, tokenizer))
     results["seconds"] = round(time.time() - started, 1)
-    tasks.write_json(os.path.join(workdir, RESULTS), results)
-    metric = results["metric"]
+    tasks.write_json(root / layout.RESULTS, results)
     print(
-        f"zhlm-finetune: {config.task.name} dev {metric} max {results['max']:.2f} "
-        f"mean {results['mean']:.2f} over {len(runs)} seed(s); {workdir}/{RESULTS}",
+        f"zhlm-finetune: {config.task.name} dev {results['metric']} max {results['max']:.2f} "
+        f"mean {results['mean']:.2f} over {len(runs)} seed(s); {root / layout.RESULTS}",
         flush=True,
     )
     return results
 
 
-def _pretrained(config, init):
+def _pretrained(config, init) -> checkpoint.Loaded | None:
+    """What ``init`` holds (``config.model`` becomes its architecture), or None: random."""
     if not init:
         print(
             "zhlm-finetune: warning: no --init, the encoder starts from random weights "
             f"(config.model.size={config.model.size!r})",
             flush=True,
         )
-        return None, "random initialisation"
-    params, model_section, where = heads.load_pretrained(init, config.train.seed)
-    heads.adopt_model(config, model_section)
-    return params, where
+        return None
+    loaded = checkpoint.load(init, None, config.train.seed)
+    heads.adopt_model(config, loaded.config.model)
+    return loaded
 
 
 def _check_fits(config, tokenizer):
@@ -174,6 +146,13 @@ class _Data:
             self.train = tasks.mrc_features(train, *args).arrays
             self.features = tasks.mrc_features(self.examples, *args)
             self.eval = self.features.arrays
+        elif task.kind == "ner":  # tasks.read_task has set task.labels (given or inferred)
+            # A stride past the window would leave gaps; as MRC's windows, never more than it.
+            stride = min(task.doc_stride, task.max_seq_length - 2)
+            args = (tokenizer, task.labels, task.max_seq_length, stride)
+            self.train = ner_features.ner_features(train, *args).arrays
+            self.features = ner_features.ner_features(self.examples, *args)
+            self.eval = self.features.arrays
         else:
             args = (tokenizer, task.labels, task.max_seq_length)
             self.train = tasks.classification_features(train, *args)
@@ -192,8 +171,14 @@ def _batches(arrays: dict, batch_size: int, order: np.ndarray):
         yield dict({k: v[rows] for k, v in arrays.items()}, weight=weight)
 
 
+# Each loss gives, per row, a loss sum and how many targets it has, so that the step's loss is
+# a mean over real targets: rows for classification and MRC, labelled tokens for NER (as
+# BertForTokenClassification's mean over the tokens whose label is not ignored).
+
+
 def classification_loss(outputs, batch):
-    return optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["label"])
+    ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["label"])
+    return ce, jnp.ones_like(ce)
 
 
 def span_loss(outputs, batch):
@@ -205,17 +190,44 @@ def span_loss(outputs, batch):
         return optax.softmax_cross_entropy_with_integer_labels(logits, target)
 
     start = cross_entropy(outputs["start_logits"], batch["start_position"])
-    return (start + cross_entropy(outputs["end_logits"], batch["end_position"])) / 2
+    loss = (start + cross_entropy(outputs["end_logits"], batch["end_position"])) / 2
+    return loss, jnp.ones_like(loss)
 
 
-LOSSES = {"classification": classification_loss, "pair": classification_loss, "mrc": span_loss}
+def token_loss(outputs, batch):
+    """Cross-entropy at the labelled tokens (``labels >= 0``: first pieces of words)."""
+    labels = batch["labels"]
+    real = (labels >= 0).astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], jnp.maximum(labels, 0))
+    return jnp.sum(ce * real, -1), jnp.sum(real, -1)
+
+
+LOSSES = {
+    "classification": classification_loss,
+    "pair": classification_loss,
+    "mrc": span_loss,
+    "ner": token_loss,
+}
 
 
 class _Steps:
-    """The jitted train step and forward pass of one head model and optimizer."""
+    """The jitted train step and forward pass of one task model and optimizer, data-parallel
+    over the mesh of ``config.train.mesh`` (every local device by default), placed by the
+    pretraining step's sharding code (``zhlm.train.state``, ``zhlm.train.sharding``)."""
 
-    def __init__(self, model, kind, tx):
-        loss_fn = LOSSES[kind]
+    def __init__(self, model, config, tx_factory):
+        loss_fn = LOSSES[config.task.kind]
+        self.mesh = sharding.create_mesh(config)
+        data = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+        if config.train.batch_size % data:
+            raise ValueError(
+                f"train.batch_size={config.train.batch_size} is not divisible by the "
+                f"{data} devices of the data axes"
+            )
+        init = state_lib.boxed_init(model, config.task.max_seq_length, tx_factory)
+        abstract, self.state_shardings = state_lib.abstract_state(init, self.mesh, config)
+        tx = tx_factory(abstract["params"])
+        batch_sh, replicated = sharding.batch_sharding(self.mesh), sharding.replicated(self.mesh)
 
         def apply(params, batch, deterministic, rng=None):
             inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
@@ -224,24 +236,42 @@ class _Steps:
 
         def train_step(state, batch, rng):
             rng = jax.random.fold_in(rng, state["step"])
-            count = jnp.sum(batch["weight"])
 
             def loss(params):
-                per_row = loss_fn(apply(params, batch, False, rng), batch)
-                return jnp.sum(per_row * batch["weight"]) / jnp.maximum(count, 1.0)
+                row_sum, row_count = loss_fn(apply(params, batch, False, rng), batch)
+                total = jnp.sum(row_sum * batch["weight"])
+                count = jnp.sum(row_count * batch["weight"])
+                return total / jnp.maximum(count, 1.0), (total, count)
 
-            value, grads = jax.value_and_grad(loss)(state["params"])
-            updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-            params = optax.apply_updates(state["params"], updates)
-            new_state = dict(step=state["step"] + 1, params=params, opt_state=opt_state)
-            return new_state, {"loss_sum": value * count, "count": count}
+            (_, (total, count)), grads = jax.value_and_grad(loss, has_aux=True)(state["params"])
+            metrics = sums.objective(LOSS, total, count)
+            return state_lib.apply_gradients(state, grads, tx), metrics
 
-        self.model, self.tx = model, tx
-        self.train_step = jax.jit(train_step, donate_argnums=0)
-        self.predict = jax.jit(lambda params, batch: apply(params, batch, True))
+        self.model, self.tx, self.rules = model, tx, sharding.rules(config)
+        self._train_step = jax.jit(
+            train_step,
+            in_shardings=(self.state_shardings, batch_sh, replicated),
+            out_shardings=(self.state_shardings, replicated),
+            donate_argnums=0,
+        )
+        self._predict = jax.jit(
+            lambda params, batch: apply(params, batch, True),
+            in_shardings=(self.state_shardings["params"], batch_sh),
+        )
+
+    def init_state(self, params):
+        return state_lib.create_copy(params, self.tx, self.state_shardings)
+
+    def train_step(self, state, batch, rng):
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return self._train_step(state, batch, rng)
+
+    def predict(self, params, batch):
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return self._predict(params, batch)
 
 
-def _run(seed, config, data, steps, pretrained) -> dict:
+def _run(seed, config, data, steps, pretrained, writer) -> dict:
     """One seed: train ``train.epochs`` epochs, evaluating as configured; the best epoch's
     metrics, host parameters and (MRC) predictions."""
     train, kind = config.train, config.task.kind
@@ -250,25 +280,18 @@ def _run(seed, config, data, steps, pretrained) -> dict:
     params, left_fresh = model_params, sorted(model_params)
     if pretrained is not None:
         params, left_fresh = heads.merge(model_params, pretrained, kind)
-    # Built under jit so that every leaf is a buffer of its own, which donation needs: eagerly,
-    # the Adam moments share one zeros tree, and the parameters would share the pretrained ones.
-    state = jax.jit(
-        lambda p: dict(
-            step=jnp.zeros([], jnp.int32),
-            params=jax.tree_util.tree_map(jnp.copy, p),
-            opt_state=steps.tx.init(p),
-        )
-    )(params)
+    state = steps.init_state(params)  # a copy: it is donated, and the seeds share ``params``
     order_rng = np.random.RandomState(seed)
     best, history = None, []
     for epoch in range(1, train.epochs + 1):
-        sums = []
-        for batch in _batches(data.train, train.batch_size, order_rng.permutation(data.num_train)):
+        epoch_sums = None
+        order = order_rng.permutation(data.num_train)
+        for i, batch in enumerate(_batches(data.train, train.batch_size, order), 1):
             state, metrics = steps.train_step(state, batch, dropout_key)
-            sums.append(metrics)
-            if train.log_every and len(sums) % train.log_every == 0:
-                print(f"  seed {seed} epoch {epoch} step {len(sums)}: loss {_mean(sums):.4f}")
-        record = {"epoch": epoch, "train_loss": _mean(sums)}
+            epoch_sums = sums.add(epoch_sums, metrics)
+            if train.log_every and i % train.log_every == 0:
+                print(f"  seed {seed} epoch {epoch} step {i}: loss {_mean(epoch_sums):.4f}")
+        record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}
         if train.eval_every_epoch or epoch == train.epochs:
             scores, predictions = _evaluate(state["params"], config, data, steps)
             record.update(scores)
@@ -276,15 +299,14 @@ def _run(seed, config, data, steps, pretrained) -> dict:
                 params_host = jax.device_get(state["params"])
                 best = dict(scores=scores, epoch=epoch, params=params_host, preds=predictions)
         history.append(record)
+        writer.write(epoch, f"seed{seed}", {k: v for k, v in record.items() if k != "epoch"})
         shown = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if k != "epoch")
         print(f"zhlm-finetune: seed {seed} epoch {epoch}/{train.epochs}: {shown}", flush=True)
     return dict(seed=seed, history=history, fresh=left_fresh, **best)
 
 
-def _mean(sums) -> float:
-    fetched = jax.device_get(sums)
-    count = sum(float(m["count"]) for m in fetched)
-    return sum(float(m["loss_sum"]) for m in fetched) / max(count, 1.0)
+def _mean(epoch_sums) -> float:
+    return sums.means(jax.device_get(epoch_sums))[f"{LOSS}_loss"]
 
 
 def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
@@ -294,8 +316,14 @@ def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
     rows = np.arange(len(data.eval["input_ids"]))
     for batch in _batches(data.eval, config.train.batch_size, rows):
         out = jax.device_get(steps.predict(params, batch))
+        if task.kind == "ner":  # tag ids: [F,S] on the host, not [F,S,L] logits
+            out = {"tags": np.argmax(out["logits"], -1)}
         outputs.append({k: v[batch["weight"] > 0] for k, v in out.items()})
     merged = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+    if task.kind == "ner":
+        tags = ner_features.merge(data.features, merged["tags"])
+        micro = ner_metric.scores([list(e.tags) for e in data.examples], tags)["micro"]
+        return {k: micro[k] for k in ("f1", "precision", "recall")}, tags
     if task.kind != "mrc":
         return {"accuracy": 100 * tasks.accuracy(merged["logits"], data.eval["label"])}, None
     predictions = tasks.predict_answers(
@@ -310,12 +338,11 @@ def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
     return {"f1": score.f1, "em": score.em, "average": score.average}, predictions
 
 
-def _results(config, init, init_from, data, runs, workdir) -> dict:
-    """results.json: per-seed metrics, max and mean, what the readers skipped; writes the best
-    run's parameters and predictions."""
+def _summary(config, init, init_from, data, runs) -> dict:
+    """What results.json reports: per-seed metrics, max and mean, what the readers skipped."""
     metric = PRIMARY[config.task.kind]
     values = [run["scores"][metric] for run in runs]
-    top = runs[int(np.argmax(values))]
+    top = int(np.argmax(values))
     results = dict(
         task=config.task.name,
         kind=config.task.kind,
@@ -331,42 +358,43 @@ def _results(config, init, init_from, data, runs, workdir) -> dict:
         ],
         max=max(values),
         mean=float(np.mean(values)),
+        best_seed_index=top,
         skipped={r.path: r.dropped for r in data.reports},
         read_issues={r.path: dict(r.counts) for r in data.reports},
-        fresh_parameters=top["fresh"],
+        fresh_parameters=runs[top]["fresh"],
     )
-    if config.task.kind != "mrc":
+    if config.task.kind in ("classification", "pair"):
         counts = np.bincount(data.eval["label"], minlength=len(config.task.labels))
         results["majority_rate"] = 100 * float(counts.max() / counts.sum())
-    else:
-        results["predictions"] = os.path.join(workdir, PREDICTIONS)
-        results["eval_set"] = os.path.join(workdir, EVAL_SET)
-        tasks.write_json(results["predictions"], top["preds"])
-        tasks.write_json(results["eval_set"], tasks.squad_json(data.examples))
-    if config.train.save_best:
-        results["best"] = save_finetuned(os.path.join(workdir, BEST), top["params"], config)
     return results
 
 
-def save_finetuned(path: str, params, config) -> str:
-    """``path/params`` (orbax) and ``path/finetune_config.json``; returns ``path``."""
-    path = os.path.abspath(path)
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as f:
-        f.write(config.to_json(indent=2))
-    checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(os.path.join(path, "params"), params, force=True)
-    checkpointer.wait_until_finished()
-    return path
+def _write_best(config, data, top, root, tokenizer) -> dict:
+    """Writes the best run's dev predictions and its parameters with the vocabulary
+    (``train.save_best``: ``best/`` is all ``zhlm-predict`` needs); returns their paths."""
+    written = {}
+    if config.task.kind == "ner":
+        written["predictions"] = str(root / layout.NER_PREDICTIONS)
+        ner.write_predictions(written["predictions"], data.examples, top["preds"])
+    if config.task.kind == "mrc":
+        written["predictions"] = str(root / layout.PREDICTIONS)
+        written["eval_set"] = str(root / layout.EVAL_SET)
+        tasks.write_json(written["predictions"], top["preds"])
+        tasks.write_json(written["eval_set"], tasks.squad_json(data.examples))
+    if config.train.save_best:
+        written["best"] = save_finetuned(root / layout.BEST, top["params"], config)
+        vocab = paths.resolve(tokenizer.vocab_path).read_bytes()
+        layout.path(written["best"], checkpoint.VOCAB).write_bytes(vocab)
+    return written
+
+
+def save_finetuned(path, params, config) -> str:
+    """A parameter checkpoint of a task model (``zhlm.train.checkpoint``); returns its path."""
+    checkpoint.save_params(path, {"params": params}, config)
+    return str(layout.path(path))
 
 
 def load_finetuned(path: str):
     """``(model, params, config)`` of a folder :func:`save_finetuned` wrote."""
-    with open(os.path.join(path, CONFIG), encoding="utf-8") as f:
-        values = json.load(f)
-    config = get_base_config()
-    for section, keys in values.items():
-        for key, value in keys.items():
-            config[section][key] = tuple(value) if isinstance(value, list) else value
-    params = ocp.StandardCheckpointer().restore(os.path.join(os.path.abspath(path), "params"))
-    return heads.build_head(config), jax.tree_util.tree_map(jnp.asarray, params), config
+    variables, config = checkpoint.load_params(path)
+    return heads.build_head(config), variables["params"], config

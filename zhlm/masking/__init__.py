@@ -9,8 +9,9 @@ no static mask is stored and the accelerator never waits on host-side masking. O
 Everything is written for ONE example and vmapped over the batch. All randomness is ONE draw of
 uint32 bits [B, 4, S] from the key (rows: unit order, replacement decision, random token, and
 the n-gram / span partition or the ERNIE level): one threefry op instead of one per use
-keeps XLA compile time low and, with ``jax_threefry_partitionable``, makes the bits, and so the
-masks, independent of how the batch is sharded. Shapes are static: [B,S] in, [B,S], [B,P] out.
+keeps XLA compile time low and, with ``jax_threefry_partitionable`` (JAX's default since 0.5,
+the oldest JAX setup.py admits; ``_check`` refuses to mask with it off), makes the bits, and so
+the masks, independent of how the batch is sharded. Shapes are static: [B,S] in, [B,S], [B,P] out.
 
 Batch fields read (int32 [B,S]): ``input_ids``, ``attention_mask``, ``word_ids`` (all schemes;
 -1 on [CLS]/[SEP]/padding, which are never selected); ``phrase_ids``, ``entity_ids``
@@ -44,10 +45,15 @@ _FIELDS = ("input_ids", "attention_mask", "word_ids", "phrase_ids", "entity_ids"
 
 
 def _check(config):
+    if not jax.config.jax_threefry_partitionable:
+        raise ValueError(
+            "jax_threefry_partitionable is off: masks would depend on the sharding; turn it on "
+            "(JAX's default since 0.5)"
+        )
     cfg = config.masking
     if cfg.scheme not in SCHEMES:
         raise ValueError(f"masking.scheme={cfg.scheme!r}; expected one of {', '.join(SCHEMES)}")
-    if cfg.scheme == "correction" and POLICIES[cfg.replacement][1] == 0:
+    if cfg.scheme == "correction" and POLICIES[cfg.replacement].similar == 0:
         raise ValueError(
             "masking.scheme='correction' replaces with similar words: use replacement='mac' "
             f"(got {cfg.replacement!r}; plain n-gram selection is scheme='ngram')"

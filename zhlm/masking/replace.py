@@ -14,6 +14,7 @@ file against that layout; a vocab trained with sentencepiece must put its specia
 """
 
 import re
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -21,12 +22,21 @@ from zhlm.masking.units import uniform
 
 KEEP, MASK, RANDOM, SIMILAR = 0, 1, 2, 3  # decision codes, in ``details['replacement']``
 
-# (P[MASK], P[similar word], P[random token], P[keep]) per policy.
+
+class Policy(NamedTuple):
+    """Probabilities of each replacement, in the order the thresholds are cut."""
+
+    mask: float  # [MASK]
+    similar: float  # a similar word (batch['similar_ids'])
+    random: float  # a random token
+    keep: float  # the original token
+
+
 POLICIES = {
-    "mac": (0.0, 0.8, 0.1, 0.1),
-    "random": (0.0, 0.0, 0.9, 0.1),
-    "partial_mask": (0.8, 0.0, 0.1, 0.1),
-    "all_mask": (0.9, 0.0, 0.0, 0.1),
+    "mac": Policy(0.0, 0.8, 0.1, 0.1),
+    "random": Policy(0.0, 0.0, 0.9, 0.1),
+    "partial_mask": Policy(0.8, 0.0, 0.1, 0.1),
+    "all_mask": Policy(0.9, 0.0, 0.0, 0.1),
 }
 REPLACEMENT_UNITS = ("token", "unit")
 _SPECIAL = re.compile(r"^(\[[A-Za-z]+\d*\]|<[A-Za-z]+>|\[unused\d+\])$")
@@ -61,7 +71,7 @@ def replace(bits, ex, selected, unit, cfg, vocab_size):
     random_ids = (cfg.random_token_min + bits[1] % jnp.uint32(span)).astype(ids.dtype)
     new = jnp.where(decision == MASK, jnp.asarray(cfg.mask_token_id, ids.dtype), ids)
     new = jnp.where(decision == RANDOM, random_ids, new)
-    if probs[1] > 0:
+    if probs.similar > 0:
         if "similar_ids" not in ex:
             raise ValueError(f"masking.replacement={cfg.replacement!r} needs batch['similar_ids']")
         # The data aligns a similar (or same-length random) word; where it has none (-1), or

@@ -4,6 +4,7 @@ from zhlm.models.builder import (
     abstract_variables,
     build_model,
     count_params,
+    dummy_inputs,
     init_variables,
     model_config,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "abstract_variables",
     "build_model",
     "count_params",
+    "dummy_inputs",
     "init_variables",
     "model_config",
 ]

@@ -80,10 +80,16 @@ def build_model(config: ml_collections.ConfigDict) -> Model:
     return Model(model_config(config.model))
 
 
-def abstract_variables(model: Model, seq_len: int = 8, batch: int = 1):
-    """Shapes (and logical-axis boxes) of the model's variables without allocating them."""
+def dummy_inputs(seq_len: int = 8, batch: int = 1):
+    """``(input_ids, token_type_ids, attention_mask)`` of zeros: what every ``init`` traces
+    with (pretraining and task models take the same three, and shapes do not depend on them)."""
     ids = jnp.zeros((batch, seq_len), jnp.int32)
-    return jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids))
+    return ids, ids, ids
+
+
+def abstract_variables(model: nn.Module, seq_len: int = 8, batch: int = 1):
+    """Shapes (and logical-axis boxes) of the model's variables without allocating them."""
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), *dummy_inputs(seq_len, batch)))
 
 
 def count_params(model: Model) -> dict:
@@ -96,7 +102,6 @@ def count_params(model: Model) -> dict:
     }
 
 
-def init_variables(model: Model, rng, seq_len: int = 8):
+def init_variables(model: nn.Module, rng, seq_len: int = 8):
     """Concrete fresh variables, unboxed (unsharded; the train loop uses sharded init)."""
-    ids = jnp.zeros((1, seq_len), jnp.int32)
-    return nn.unbox(jax.jit(model.init)(rng, ids, ids, ids))
+    return nn.unbox(jax.jit(model.init)(rng, *dummy_inputs(seq_len)))

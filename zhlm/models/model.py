@@ -33,14 +33,14 @@ class Model(nn.Module):
             self.sbo = SpanBoundaryHead(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, deterministic=True):
-        """Sequence and pooled output only: the entry point of the fine-tuning heads."""
+        """The sequence output [B,S,H]. The fine-tuning models (``zhlm.finetune.heads``)
+        subclass this model and call it too, so their encoder is this one by construction."""
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = jnp.ones_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids, deterministic)
-        x = self.encoder(x, attention_mask, deterministic)
-        return x, self.pooler(x)
+        return self.encoder(x, attention_mask, deterministic)
 
     def __call__(
         self,
@@ -53,9 +53,8 @@ class Model(nn.Module):
         span_right=None,
         span_offset=None,
     ):
-        sequence_output, pooled_output = self.encode(
-            input_ids, token_type_ids, attention_mask, deterministic
-        )
+        sequence_output = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
+        pooled_output = self.pooler(sequence_output)
         picked = (
             sequence_output
             if masked_positions is None

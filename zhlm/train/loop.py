@@ -25,14 +25,13 @@ import jax
 import numpy as np
 from absl import logging
 
-from zhlm import objectives, paths
+from zhlm import paths
+from zhlm import workdir as layout
 from zhlm.data import cache
 from zhlm.data import loader as data_loader
+from zhlm.train import curves, resume, sharding, sums
 from zhlm.train import metrics as metrics_lib
-from zhlm.train import resume, sharding
 from zhlm.train.step import make_trainer
-
-SUMMED = ("_sum", "_correct", "_count", "tokens")  # metric keys added over a log window
 
 
 def initialize_distributed(train):
@@ -95,12 +94,6 @@ def _check_finite(m, step: int, last_saved):
         )
 
 
-def _accumulate(acc, m):
-    if acc is None:
-        return dict(m)
-    return {k: acc[k] + v if k.endswith(SUMMED) else v for k, v in m.items()}
-
-
 class _Evaluator:
     """Held-out loss and accuracies: fixed masks (one key per eval batch), no dropout."""
 
@@ -119,18 +112,19 @@ class _Evaluator:
         total = None
         for i, batch in enumerate(self.batches):
             m = self.trainer.evaluate(params, batch, jax.random.fold_in(self.rng, i))
-            total = _accumulate(total, m)
-        return objectives.summarize(jax.device_get(total))
+            total = sums.add(total, m)
+        return sums.means(jax.device_get(total))
 
 
 def _log_line(window, seconds, steps, flops, peak):
     m = jax.device_get(window)
-    out = objectives.summarize({k: v for k, v in m.items() if k.endswith(SUMMED[:3])})
+    out = sums.means(m)
     out.update(
         learning_rate=m["learning_rate"],
         grad_norm=m["grad_norm"],
         steps_per_second=steps / seconds,
         tokens_per_second=m["tokens"] / seconds,
+        tokens_per_sec=m["tokens"] / seconds,  # DESIGN.md's contract name; both are written
     )
     if peak:
         out["mfu"] = flops * steps / seconds / peak
@@ -144,7 +138,7 @@ def train_and_evaluate(config, workdir: str):
     root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
     root.mkdir(parents=True, exist_ok=True)
     if lead:
-        (root / "config.json").write_text(config.to_json(indent=2))
+        (root / layout.CONFIG).write_text(config.to_json(indent=2))
     path = cache.ensure_dataset(config, progress=lead)
     loader = data_loader.from_config(path, config)
     trainer = make_trainer(config)
@@ -176,7 +170,7 @@ def train_and_evaluate(config, workdir: str):
                 state, m = trainer.step(state, batch, rng)
                 if previous is not None:
                     _check_finite(previous, step - 1, last_saved)
-                previous, window = m, _accumulate(window, m)
+                previous, window = m, sums.add(window, m)
                 bar.update(1)
                 if step % train.log_every == 0 or step == train.num_steps:
                     line = _log_line(window, time.time() - t0, step - w0, flops, peak)
@@ -200,4 +194,6 @@ def train_and_evaluate(config, workdir: str):
         bar.close()
         mngr.wait_until_finished()
         writer.close()
+    if lead:
+        logging.info("curves: %s", curves.plot(workdir))
     return state

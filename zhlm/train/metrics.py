@@ -17,6 +17,7 @@ import os
 import time
 
 from zhlm import paths
+from zhlm import workdir as layout
 
 # bf16 dense peak per JAX device (one chip), from Google's Cloud TPU pages.
 PEAK_FLOPS = {
@@ -60,7 +61,7 @@ class Writer:
 
     def __init__(self, workdir: str, enabled: bool = True, remote_flush_seconds: float = 30.0):
         self.enabled = enabled
-        self.path = paths.resolve(workdir) / "metrics.jsonl"
+        self.path = layout.path(workdir, layout.METRICS)
         self._remote = paths.is_remote(self.path)
         self._lines, self._flushed, self._every = [], time.monotonic(), remote_flush_seconds
         self._tb = None
@@ -70,7 +71,7 @@ class Writer:
             self._lines = self.path.read_text().splitlines(keepends=True)
         from tensorboardX import SummaryWriter
 
-        self._tb = SummaryWriter(os.fspath(self.path.parent / "tensorboard"))
+        self._tb = SummaryWriter(os.fspath(self.path.parent / layout.TENSORBOARD))
 
     def write(self, step: int, split: str, scalars: dict):
         if not self.enabled:
@@ -99,7 +100,10 @@ class Writer:
             self._tb.close()
 
 
-def read(workdir: str, split: str = "train") -> list[dict]:
-    """The metric lines of ``split`` in ``workdir``'s metrics.jsonl (for tests and tools)."""
-    text = (paths.resolve(workdir) / "metrics.jsonl").read_text()
-    return [line for line in map(json.loads, text.splitlines()) if line["split"] == split]
+def read(workdir: str, split: str | None = "train") -> list[dict]:
+    """The metric lines of ``split`` (None: every split) in ``workdir``'s metrics.jsonl."""
+    path = layout.path(workdir, layout.METRICS)
+    if not path.exists():
+        return []
+    lines = map(json.loads, path.read_text().splitlines())
+    return [line for line in lines if split is None or line["split"] == split]

@@ -1,10 +1,10 @@
 """Where a run's state comes from and goes to: orbax checkpoints, ``init_from``, fresh.
 
 Restore order: the workdir's latest checkpoint (train state and data-loader position, so the
-run continues exactly where it stopped) -> ``config.train.init_from`` (parameters only, from a
-zhlm parameter checkpoint or a Hugging Face folder through the converter; fresh optimizer) ->
-fresh init. A checkpoint that cannot be restored (truncated by a crash, corrupted) is moved
-aside as ``corrupt-<step>`` with a warning and the previous one is tried.
+run continues exactly where it stopped) -> ``config.train.init_from`` (parameters only, from any
+source ``zhlm.train.checkpoint.load`` reads; fresh optimizer) -> fresh init. A checkpoint that
+cannot be restored (truncated by a crash, corrupted) is moved aside as ``corrupt-<step>`` with
+a warning and the previous one is tried.
 
 Saves are asynchronous (orbax copies the arrays to host memory before ``save`` returns, so the
 next step may reuse the donated buffers), keep the last ``config.train.keep_checkpoints``.
@@ -17,16 +17,15 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from zhlm import paths
-
-CHECKPOINTS = "checkpoints"
+from zhlm import workdir as layout
+from zhlm.train import checkpoint
 
 
 def manager(workdir: str, config) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(
         max_to_keep=config.train.keep_checkpoints, create=True, enable_async_checkpointing=True
     )
-    return ocp.CheckpointManager(paths.resolve(workdir) / CHECKPOINTS, options=options)
+    return ocp.CheckpointManager(layout.path(workdir, layout.CHECKPOINTS), options=options)
 
 
 def save(mngr, state, loader_state: dict, force: bool = False):
@@ -78,20 +77,6 @@ def _move_aside(mngr, step):
     mngr.reload()
 
 
-def load_init_params(path: str, config):
-    """Parameters from a zhlm parameter checkpoint or a Hugging Face folder (host arrays)."""
-    from zhlm import convert
-    from zhlm.train import checkpoint
-
-    if checkpoint.is_params_checkpoint(path):
-        variables, _ = checkpoint.load_params(path)
-    else:
-        _, variables, _, report = convert.read_hf(path, config, config.train.seed)
-        for line in report.lines():
-            logging.info("init_from: %s", line)
-    return variables["params"]
-
-
 def place_params(params, abstract_params, shardings, path: str):
     """``params`` (host arrays) on the mesh; every shape must equal the model's."""
     flat = traverse_util.flatten_dict(params, sep="/")
@@ -128,7 +113,9 @@ def restore_or_init(mngr, trainer, loader, config):
     state = trainer.init(jax.random.key(config.train.seed))
     if config.train.init_from:
         path = config.train.init_from
-        params = load_init_params(path, config)
+        loaded = checkpoint.load(path, config, config.train.seed)
+        logging.info("init_from: %s", loaded.description)
+        params = loaded.params
         abstract = trainer.abstract_state()["params"]
         state = dict(
             state,

@@ -1,4 +1,4 @@
-"""The train state and the one jitted pretraining step, with explicit shardings.
+"""The one jitted pretraining step over a device mesh, with explicit shardings.
 
 ``train_step(state, batch, rng) -> (state, metrics)`` masks the batch on device from
 ``fold_in(rng, step)`` (fresh masks every step, identical on any mesh), runs the model, the
@@ -21,9 +21,9 @@ import optax
 
 from zhlm import masking, objectives
 from zhlm.models import Model, build_model
-from zhlm.train import optim, sharding
-
-jax.config.update("jax_threefry_partitionable", True)  # random bits independent of sharding
+from zhlm.train import optim, sharding, sums
+from zhlm.train import state as state_lib
+from zhlm.train.state import abstract_key
 
 
 @dataclasses.dataclass
@@ -47,7 +47,7 @@ class Trainer:
     def abstract_state(self):
         """ShapeDtypeStructs of the state with their shardings (the target of a restore)."""
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
-            shapes = jax.eval_shape(self.init_fn, jax.random.key(0))
+            shapes = jax.eval_shape(self.init_fn, abstract_key())
         return jax.tree_util.tree_map(
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
             shapes,
@@ -63,25 +63,10 @@ class Trainer:
             return self.eval_fn(params, batch, rng)
 
 
-def _boxed_init(model, tx_factory, config):
-    seq = config.data.max_seq_length
-
-    def init(rng):
-        ids = jnp.zeros((1, seq), jnp.int32)
-        params = model.init(rng, ids, ids, ids)["params"]
-        return {
-            "step": jnp.zeros([], jnp.int32),
-            "params": params,
-            "opt_state": tx_factory(params).init(params),
-        }
-
-    return init
-
-
-def _loss_fn(model, config, deterministic=False):
+def _loss_fn(model, config, mask_fn, deterministic=False):
     def loss(params, batch, rng):
         mask_rng, dropout_rng = jax.random.split(rng)
-        masked = masking.mask_batch(batch, mask_rng, config)
+        masked = mask_fn(batch, mask_rng, config)
         span = {k: masked[k] for k in ("span_left", "span_right", "span_offset") if k in masked}
         outputs = model.apply(
             {"params": params},
@@ -99,10 +84,10 @@ def _loss_fn(model, config, deterministic=False):
 
 
 def _accumulated_grads(loss, params, batch, rng, micro_batches):
-    """Mean loss, summed metrics and mean gradients over ``micro_batches`` slices."""
+    """Metrics summed and gradients averaged over ``micro_batches`` slices of the batch."""
     grad_fn = jax.value_and_grad(loss, has_aux=True)
     if micro_batches == 1:
-        (value, metrics), grads = grad_fn(params, batch, rng)
+        (_, metrics), grads = grad_fn(params, batch, rng)
         return metrics, grads
     slices = jax.tree_util.tree_map(
         lambda x: x.reshape((micro_batches, x.shape[0] // micro_batches) + x.shape[1:]), batch
@@ -111,24 +96,22 @@ def _accumulated_grads(loss, params, batch, rng, micro_batches):
     def body(carry, inputs):
         i, micro = inputs
         (_, metrics), grads = grad_fn(params, micro, jax.random.fold_in(rng, i))
-        return jax.tree_util.tree_map(jnp.add, carry, (metrics, grads)), None
+        return (sums.add(carry[0], metrics), jax.tree_util.tree_map(jnp.add, carry[1], grads)), None
 
-    zeros = jax.eval_shape(
-        lambda: grad_fn(params, jax.tree_util.tree_map(lambda x: x[0], slices), rng)
-    )
-    (_, metrics0), grads0 = zeros
+    first = jax.tree_util.tree_map(lambda x: x[0], slices)
+    (_, metrics0), grads0 = jax.eval_shape(lambda: grad_fn(params, first, rng))
     carry = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), (metrics0, grads0))
     (metrics, grads), _ = jax.lax.scan(body, carry, (jnp.arange(micro_batches), slices))
-    # Per-slice losses are means, so the step's loss and gradient are their average.
-    grads = jax.tree_util.tree_map(lambda g: g / micro_batches, grads)
-    metrics = dict(
-        metrics, total_loss_sum=metrics["total_loss_sum"] / micro_batches, total_count=jnp.ones(())
-    )
-    return metrics, grads
+    # Per-slice losses are means, so the step's gradient is their average (and its loss, the
+    # mean of ``micro_batches`` counted slice losses, comes out of sums.means the same way).
+    return metrics, jax.tree_util.tree_map(lambda g: g / micro_batches, grads)
 
 
-def make_trainer(config, mesh=None) -> Trainer:
-    """Builds the mesh, model, optimizer and the jitted init and step for ``config``."""
+def make_trainer(config, mesh=None, mask_fn=masking.mask_batch) -> Trainer:
+    """Builds the mesh, model, optimizer and the jitted init and step for ``config``.
+
+    ``mask_fn(batch, rng, config) -> masked batch`` is :func:`zhlm.masking.mask_batch` in
+    training; a benchmark passes one that returns fixed masks to time the step without it."""
     mesh = sharding.create_mesh(config) if mesh is None else mesh
     model = build_model(config)
     sharding.check_divisibility(config, mesh, model.config)
@@ -136,31 +119,25 @@ def make_trainer(config, mesh=None) -> Trainer:
     def tx_factory(params):
         return optim.make_optimizer(config.optim, config.train.num_steps, params)[0]
 
-    boxed_init = _boxed_init(model, tx_factory, config)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)):
-        abstract = jax.eval_shape(boxed_init, jax.random.key(0))
-    state_shardings = sharding.logical_shardings(abstract, mesh, config)
-    tx, schedule = optim.make_optimizer(
-        config.optim, config.train.num_steps, nn.unbox(abstract)["params"]
-    )
-    loss = _loss_fn(model, config)
+    boxed_init = state_lib.boxed_init(model, config.data.max_seq_length, tx_factory)
+    abstract, state_shardings = state_lib.abstract_state(boxed_init, mesh, config)
+    tx, schedule = optim.make_optimizer(config.optim, config.train.num_steps, abstract["params"])
+    loss = _loss_fn(model, config, mask_fn)
 
     def train_step(state, batch, rng):
         step_rng = jax.random.fold_in(rng, state["step"])
         metrics, grads = _accumulated_grads(
             loss, state["params"], batch, step_rng, config.train.micro_batches
         )
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
         metrics = dict(
             metrics,
             grad_norm=optax.tree.norm(grads),
             learning_rate=schedule(state["step"]),
             tokens=jnp.sum(batch["attention_mask"]),
         )
-        return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+        return state_lib.apply_gradients(state, grads, tx), metrics
 
-    eval_loss = _loss_fn(model, config, deterministic=True)
+    eval_loss = _loss_fn(model, config, mask_fn, deterministic=True)
 
     def eval_step(params, batch, rng):
         return eval_loss(params, batch, rng)[1]

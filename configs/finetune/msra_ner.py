@@ -1,0 +1,36 @@
+"""MSRA-NER (SIGHAN 2006) named-entity recognition, as ERNIE 1.0 and Chinese-BERT-wwm report it.
+
+  zhlm-finetune --config=configs/finetune/msra_ner.py --init=HF_OR_CKPT_DIR --workdir=/tmp/msra \
+      --config.task.train_file=msra_ner/train.txt --config.task.dev_file=msra_ner/dev.txt
+
+Data: character-level BIO tags for PER, LOC and ORG, ``char<TAB>tag`` lines, as GitHub
+Determined22/zh-NER-TF ships them in ``data_path/`` (``train_data``, ``test_data``). These runs
+use train 45,658 / dev 5,000 / test 4,631 sentences, dev being the last 5,000 sentences of the
+upstream training file (nothing shuffled). Read with ``zhlm.finetune.ner``, scored
+with the conlleval entity F1 (``zhlm.finetune.ner_metric``). No sentence is over 100
+characters, so at 256 tokens the windows (``doc_stride``) never come into play here.
+Max length 256, lr 5e-5, batch 16, 6 epochs, no warmup, weight decay 0.01: ERNIE 1.0's own
+recipe (PaddlePaddle/ERNIE ``script/zh_task/ernie_base/run_msra_ner.sh``: ``--max_seq_len 256
+--batch_size 16 --learning_rate 5e-5 --epoch 6 --warmup_proportion 0.0 --weight_decay 0.01``).
+For the papers' test-set numbers, add ``--config.task.dev_file=<the same folder>/test.txt``.
+"""
+
+from zhlm.finetune.train import get_base_config
+
+
+def get_config(arg="base"):
+    config = get_base_config(arg)
+    config.task.update(
+        name="msra_ner",
+        kind="ner",
+        format="tagged",  # char<TAB>tag lines (zhlm.finetune.ner.read_tagged)
+        train_file="",  # msra_ner/train.txt: train_data less its last 5,000 sentences
+        dev_file="",  # msra_ner/dev.txt: those 5,000 (test.txt: test_data)
+        labels=("O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"),
+        max_seq_length=256,
+        doc_stride=128,  # tokens between window starts for a sentence over 254 tokens
+        scheme="auto",  # the files are BIO; detected
+    )
+    config.optim.update(peak_lr=5e-5, warmup_ratio=0.0, weight_decay=0.01)
+    config.train.update(batch_size=16, epochs=6)
+    return config

@@ -1,0 +1,169 @@
+"""zhlm-compile's plan: the real pretraining step compiled for Cloud TPU slices on this CPU.
+
+libtpu's compiler runs anywhere, so what must hold on a pod is checked here: the program fits,
+FSDP shards the state, the FLOP estimate matches zhlm's formula, and multi-slice keeps every
+parameter collective inside a slice. Compiles are small (structure, not scale) and marked slow.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from zhlm import config_files
+from zhlm.train import hlo_stats, metrics, plan, tpu
+
+pytest.importorskip("libtpu", reason="zhlm-compile needs libtpu (the test extra installs it)")
+
+
+def _config(spec="bert:tiny", batch=16, fsdp=1, **model):
+    config = config_files.load(spec)
+    config.train.batch_size = batch
+    config.train.mesh = (("data", -1), ("fsdp", fsdp), ("tensor", 1))
+    config.model.dtype = "bfloat16"
+    config.model.update(model)
+    return config
+
+
+def test_accelerator_types_follow_cloud_tpu_names():
+    cases = {
+        "v4-8": ("v4:2x2x1", 4),
+        "v4-32": ("v4:2x2x4", 16),
+        "v4-128": ("v4:4x4x4", 64),
+        "v4-4096": ("v4:8x16x16", 2048),
+        "v5litepod-1": ("v5e:1x1", 1),
+        "v5litepod-8": ("v5e:2x4", 8),
+        "v5litepod-256": ("v5e:16x16", 256),
+        "v5p-8": ("v5:2x2x1", 4),
+        "v6e-64": ("v6e:8x8", 64),
+        "v4-384:4x4x12": ("v4:4x4x12", 192),
+    }
+    for name, (topology, chips) in cases.items():
+        s = tpu.parse(name)
+        assert (s.topology_name, s.num_chips) == (topology, chips), name
+    assert tpu.parse("v5litepod-16", num_slices=4).num_chips == 64
+    for bad in ("v4-7", "v5litepod-12", "v9-8", "tpu"):
+        with pytest.raises(ValueError):
+            tpu.parse(bad)
+
+
+def test_state_per_chip_falls_as_one_over_fsdp():
+    _, _, state1, _ = plan.build(_config(batch=8, fsdp=1), "v4-16")
+    _, _, state8, _ = plan.build(_config(batch=8, fsdp=8), "v4-16")
+    ratio = plan.per_chip_bytes(state8) / plan.per_chip_bytes(state1)
+    # Biases and layer norms ('norm', 'kv' axes) stay whole: a little over 1/8.
+    assert 1 / 8 <= ratio < 1.1 / 8, ratio
+
+
+def test_a_program_that_cannot_fit_fails_before_compiling(monkeypatch):
+    def never(*args):
+        raise AssertionError("compiled a program whose state alone does not fit")
+
+    monkeypatch.setattr(plan, "_compile_step", never)
+    config = _config("bert:large", batch=8, num_layers=240)  # ~3B parameters, 36 GB of state
+    with pytest.raises(plan.DoesNotFit, match=r"optimizer state \d+\.\d\d GB .* 16\.00 GB HBM"):
+        plan.compile_plan(config, "v5litepod-8")
+
+
+HLO = """
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]) parameter(0)
+  %ag = bf16[4,256]{1,0} all-gather(%x), channel_id=1, replica_groups=mesh['a'=2,'b'=4] {'b'}
+  ROOT %t = (s32[], f32[8]) tuple(%i, %ag)
+}
+
+%cond (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]) parameter(0)
+  %c = s32[] constant(12)
+  ROOT %lt = pred[] compare(%i, %c), direction=LT
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %w = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+  %ar = f32[1024]{0} all-reduce(%g), channel_id=2, replica_groups=[4,2]<=[2,4]T(1,0), to_apply=%add
+  ROOT %r = f32[8] get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_collectives_are_counted_per_step_and_by_slice():
+    slice_of = [0, 0, 0, 0, 1, 1, 1, 1]  # two slices of four devices
+    stats = hlo_stats.collectives(HLO, slice_of)
+    gather, reduce = stats["all-gather"], stats["all-reduce"]
+    assert (gather["count"], gather["bytes"], gather["in_loop"]) == (12, 12 * 4 * 256 * 2, 1)
+    assert gather["cross_slice_bytes"] == 0  # groups {0..3}, {4..7}: inside a slice
+    assert (reduce["count"], reduce["bytes"]) == (1, 4096)
+    assert reduce["cross_slice_bytes"] == 4096  # groups {0,4}, {1,5}, ...: over DCN
+    assert hlo_stats.trip_counts(HLO) == [12]
+
+
+def test_cli_reports_a_plan_that_cannot_fit_with_its_numbers():
+    args = ["--config=" + config_files.path("bert") + ":large", "--topology=v5litepod-8"]
+    args += ["--config.model.num_layers=240", "--config.model.dtype=bfloat16"]
+    r = subprocess.run(
+        [sys.executable, "-m", "zhlm.cli.compile", *args], capture_output=True, text=True
+    )
+    assert r.returncode != 0
+    assert "zhlm-compile: v5litepod-8: parameters + optimizer state" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def small_plan():
+    # BERT-base's width with two layers and no dropout: the matmuls dominate as they do at scale
+    # (at width 512 softmax, GELU, LayerNorm and dropout's random bits add 7%), and it compiles
+    # in minutes. Both dropouts off: their random bits are FLOPs the formula does not count.
+    config = _config("bert:base", batch=64, fsdp=8, num_layers=2)
+    config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
+    return plan.compile_plan(config, "v5litepod-8")
+
+
+@pytest.mark.slow
+def test_a_small_recipe_compiles_for_a_v5e_slice_and_fits(small_plan):
+    memory = small_plan["memory"]
+    assert small_plan["chips"] == 8 and small_plan["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert memory["fits"] and 0 < memory["total_bytes"] < 1e9
+    assert memory["alias_bytes"] >= 0.9 * memory["state_bytes"]  # the state is donated
+    assert small_plan["collectives"]["all-gather"]["in_loop"] > 0  # FSDP gathers per layer
+
+
+@pytest.mark.slow
+def test_flop_estimate_agrees_with_the_mfu_formula(small_plan):
+    flops = small_plan["flops"]
+    # cost_analysis alone counts the scanned layer once; the plan adds the other application.
+    assert flops["step_cost_analysis_flops"] < flops["flops"]
+    assert flops["flops"] == pytest.approx(flops["model_flops"], rel=0.05)
+    assert small_plan["time"]["mfu"] <= 1.0
+    assert metrics.PEAK_FLOPS[small_plan["chip"]["device_kind"]] == small_plan["chip"]["peak_flops"]
+
+
+@pytest.fixture(scope="module")
+def two_slices():
+    config = _config(batch=16, fsdp=4)  # data=2 spans the slices, fsdp=4 inside each
+    return plan.compile_plan(config, "v5litepod-4", num_slices=2)
+
+
+def _crossing(p):
+    return [
+        (kind, op) for kind, c in p["collectives"].items() for op in c["ops"] if op["cross_slice"]
+    ]
+
+
+@pytest.mark.slow
+def test_two_slices_keep_parameter_collectives_inside_a_slice(two_slices):
+    assert two_slices["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
+    comms = two_slices["collectives"]
+    assert comms["all-gather"]["count"] > 0 and comms["reduce-scatter"]["count"] > 0
+    assert comms["all-reduce"]["cross_slice_bytes"] > 0  # the gradients, reduced over DCN
+    # Nothing of the forward pass (the parameters' FSDP gathers) leaves a slice.
+    forward = [op for _, op in _crossing(two_slices) if "jvp(" in op["op"]]
+    assert all("transpose(jvp(" in op["op"] for op in forward), forward
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the backward all-gathers two activation gradients over DCN (MLM transform and "
+    "embedding LayerNorm, batch-sharded -> gathered over 'data'); see the plan's report",
+)
+def test_two_slices_send_only_gradient_reductions_over_dcn(two_slices):
+    assert {kind for kind, _ in _crossing(two_slices)} == {"all-reduce"}

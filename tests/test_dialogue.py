@@ -1,0 +1,188 @@
+"""ERNIE 1.0's dialogue language model on the real dialogues: the draws (fake share, fakes never
+from their own dialogue, roles alternating as the turns do), the records (ERNIE's fields, the
+role ids in the token types, the label), the mixture with text, and a tiny DLM pretraining whose
+held-out real/fake accuracy rises above chance.
+
+Why the whole file for the statistics: the dialogues come from three sources of very different
+lengths and turn counts (KdConv, CrossWOZ, chatterbot), so a share measured on a slice of one of
+them would not say what a run on all of them gets.
+"""
+
+import json
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+
+from tests.helpers import load_config
+from tests.test_data_instances import _check_common, _check_units
+from zhlm.data import builder, dialogue, instances, pipeline, text
+from zhlm.data.loader import Loader, dataset_dir
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+DIALOGUES = os.path.join(DATA, "dialogue", "dialogues.jsonl")
+SEP = 102
+
+
+def dlm_config(**data):
+    config = load_config("ernie", "dlm")
+    for key, value in data.items():
+        setattr(config.data, key, value)
+    return config
+
+
+def _writer(ann, data_config):
+    tok = ann.tokenizer
+    ids = [tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")]
+    return instances.Writer(data_config.max_seq_length, ann.fields, *ids)
+
+
+@pytest.fixture(scope="module")
+def real():
+    """All 2,367 dialogues planned and written as the pipeline does (same seed and order), with
+    the plan kept. No phrase/entity fields here: POS tagging all 833k tokens would triple the
+    time and the draws do not depend on it (test_records_have_ernie_fields covers them)."""
+    config = dlm_config(fields=())
+    shard = text.Shard("dialogue", DIALOGUES)
+    report = text.Report()
+    ann = pipeline._annotator(config.data)
+    seed = pipeline.shard_seed(config.data.seed, shard)
+    py_rng, np_rng = random.Random(seed), np.random.default_rng(seed)
+    turns = dialogue.read_dialogues(shard, config.data, report)
+    dialogues = dialogue.annotate(turns, ann, np_rng, report)
+    writer = _writer(ann, config.data)
+    windows = list(dialogue.plan(dialogues, writer.length - 1, 0.1, py_rng, report))
+    rows = [dialogue.write(w, dialogues, writer, py_rng) for w in windows]
+    return dialogues, windows, rows, report
+
+
+def test_fake_share_is_half(real):
+    _, windows, rows, _ = real
+    labels = np.array([w.label for w in windows])
+    assert len(labels) > 8000
+    assert abs(labels.mean() - 0.5) <= 0.02, labels.mean()
+    assert [int(r["sentence_label"]) for r in rows] == labels.tolist()
+
+
+def test_fake_turn_never_from_its_own_dialogue(real):
+    dialogues, windows, _, report = real
+    for w in windows:
+        foreign = [i for i, (d, _) in enumerate(w.turns) if d != w.dialogue]
+        assert len(foreign) == w.label  # real: none; fake: exactly one turn
+        own = [t for i, (_, t) in enumerate(w.turns) if i not in foreign]
+        first = own[0] if not foreign or foreign[0] else own[0] - 1
+        assert own == [first + i for i in range(len(w.turns)) if i not in foreign]
+        if foreign:
+            d, t = w.turns[foreign[0]]
+            fake = dialogues[d][t][1].fields["input_ids"]
+            replaced = dialogues[w.dialogue][first + foreign[0]][1].fields["input_ids"]
+            same = len(fake) == len(replaced) and (fake == replaced).all()
+            assert not same or report.reasons["dlm_fake_identical_turn_redrawn"]
+
+
+def test_roles_alternate_as_the_turns_do(real):
+    dialogues, windows, rows, _ = real
+    starts_with_response = 0
+    for w, row in zip(windows, rows, strict=True):
+        first = min(t for d, t in w.turns if d == w.dialogue)
+        first -= next(i for i, (d, _) in enumerate(w.turns) if d == w.dialogue)
+        assert w.roles == [(first + i) % 2 for i in range(len(w.turns))]
+        starts_with_response += w.roles[0]
+        n = row["attention_mask"].sum()
+        seps = np.flatnonzero(row["input_ids"][:n] == SEP)
+        assert len(seps) == len(w.turns) >= 2
+        bounds = np.r_[1, seps + 1]  # [CLS] is type 0 whoever speaks first, as in BERT
+        assert row["token_type_ids"][0] == 0
+        for role, a, b in zip(w.roles, bounds[:-1], bounds[1:], strict=True):
+            assert (row["token_type_ids"][a:b] == role).all()
+    assert 0.2 < starts_with_response / len(windows) < 0.8  # windows start at either speaker
+
+
+def test_every_turn_is_used_once_and_records_hold_its_tokens(real):
+    dialogues, windows, rows, report = real
+    seen = {(d, t) for w in windows for i, (d, t) in enumerate(w.turns) if d == w.dialogue}
+    total = sum(len(d) for d in dialogues)
+    replaced = sum(w.label for w in windows)
+    left = report.reasons["dialogue_last_turn_left_over"]
+    assert len(seen) == total - replaced - left
+    assert left < 0.01 * total
+    for w, row in list(zip(windows, rows, strict=True))[::50]:
+        ids = row["input_ids"][1 : row["attention_mask"].sum()]
+        pieces = np.split(ids, np.flatnonzero(ids == SEP) + 1)[:-1]
+        for (d, t), piece in zip(w.turns, pieces, strict=True):
+            turn = dialogues[d][t][1].fields["input_ids"]
+            body = piece[:-1]  # trimmed turns keep a contiguous run of their tokens
+            k = len(body)
+            assert 0 < k <= len(turn)
+            assert any((turn[s : s + k] == body).all() for s in range(len(turn) - k + 1))
+
+
+@pytest.fixture(scope="module")
+def small_dialogues(tmp_path_factory):
+    """60 dialogues from each source in the file: the pipeline path with ERNIE's fields."""
+    lines = open(DIALOGUES, encoding="utf-8").read().splitlines()
+    by_source = {}
+    for line in lines:
+        by_source.setdefault(json.loads(line)["source"].split()[0], []).append(line)
+    path = tmp_path_factory.mktemp("dialogue") / "dialogues.jsonl"
+    path.write_text("\n".join(x for v in by_source.values() for x in v[:60]) + "\n", "utf-8")
+    return str(path)
+
+
+def test_records_have_ernie_fields(small_dialogues):
+    config = dlm_config()
+    assert config.data.fields == ("phrase_ids", "entity_ids")
+    batch, report = pipeline.process_shard(text.Shard("dialogue", small_dialogues), config.data)
+    _check_common(config, batch)
+    real = batch["attention_mask"].astype(bool) & (batch["input_ids"] != SEP)
+    real[:, 0] = False
+    for name in ("word_ids", "phrase_ids", "entity_ids"):
+        _check_units(np.where(real, batch[name], -1), real)
+        assert (batch[name][~real] == -1).all()
+    assert (batch["entity_ids"] >= 0).any() and (batch["phrase_ids"] >= 0).any()
+    assert set(np.unique(batch["sentence_label"])) == {0, 1}
+    assert report.counts["dialogues"] == 180
+    assert report.counts["instances"] == len(batch["input_ids"])
+
+
+def test_dialogue_source_needs_a_sentence_label(small_dialogues):
+    config = dlm_config(format="full_sentences")
+    with pytest.raises(ValueError, match="sentence_label"):
+        pipeline.process_shard(text.Shard("dialogue", small_dialogues), config.data)
+
+
+def test_dlm_config_mixes_text_and_dialogue_by_weight(small_dialogues, tmp_path):
+    """The dlm recipe's two sources in one dataset; the loader draws them by its weights."""
+    config = dlm_config()
+    corpus = tmp_path / "text.txt"
+    news = open(config.data.input[0].partition("=")[2], encoding="utf-8").read()
+    corpus.write_text(news[: news.index("\n\n", 30_000) + 2], "utf-8")
+    inputs = (f"train={corpus}", f"dialogue={small_dialogues}")
+    builder.prepare(config.data, config.recipe, inputs, str(tmp_path / "data"), progress=False)
+    loader = Loader(dataset_dir(str(tmp_path / "data"), config), config.data.mixture, 64, 0, 0, 1)
+    plans = [loader.sampler.next_plan() for _ in range(100)]
+    share = np.mean([name == "dialogue" for p in plans for name, _ in p])
+    assert abs(share - 0.157) < 0.02, share
+    batch = next(loader)
+    assert set(batch) >= {"input_ids", "token_type_ids", "sentence_label", "entity_ids"}
+
+
+@pytest.mark.slow
+def test_dlm_config_pretrains_on_its_bundled_text_and_dialogues(tmp_path):
+    """``configs/ernie.py:dlm`` as shipped (no ../shared), shortened as tests/test_loop.py
+    shortens runs: both sources are held out and evaluated, and the loss falls."""
+    from zhlm.train import metrics
+    from zhlm.train.loop import train_and_evaluate
+
+    config = dlm_config(max_seq_length=64)
+    config.train.update(batch_size=8, num_steps=40, log_every=10, eval_every=20, eval_examples=16)
+    config.optim.warmup_steps = 4
+    t0, c0 = time.time(), time.process_time()
+    train_and_evaluate(config, str(tmp_path))
+    print(f"dlm config: {time.time() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU")
+    train = [line["loss"] for line in metrics.read(str(tmp_path))]
+    evals = metrics.read(str(tmp_path), "eval")
+    assert train[-1] < train[0] - 0.3, train
+    assert len(evals) == 2 and all(np.isfinite(e["sentence_accuracy"]) for e in evals), evals

@@ -1,0 +1,34 @@
+"""``zhlm-curves``: draw ``curves.png`` for any pretraining or fine-tuning workdir.
+
+  zhlm-curves --workdir=/tmp/zhlm
+
+The runs draw it themselves when they finish; this draws it on demand, e.g. while a long run
+is going or for a workdir copied down from a bucket. Kept thin: :func:`zhlm.train.curves.plot`.
+"""
+
+import sys
+
+from absl import app, flags
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A zhlm-pretrain or zhlm-finetune workdir.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from zhlm.train import curves
+
+    try:
+        print(f"zhlm-curves: wrote {curves.plot(_WORKDIR.value)}")
+    except FileNotFoundError as e:
+        sys.exit(f"zhlm-curves: {e}")
+
+
+def run():
+    """Console-script entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

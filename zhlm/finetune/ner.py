@@ -1,0 +1,324 @@
+"""Named-entity recognition data: read tag or span files, write predicted entities.
+
+Why characters are the unit: MSRA-NER, People's Daily and CLUENER tag each character, and the
+metric (:mod:`zhlm.finetune.ner_metric`) compares entities as character spans. So an example is
+its text and one BIO tag per character, whatever scheme the file used (the scheme is found from
+the tags, or given, and converted through conlleval chunks: an ill-formed ``I-`` after ``O``
+becomes the ``B-`` that conlleval would read there, and the report names it with file and line).
+
+Features, windows and merging predictions back are in :mod:`zhlm.finetune.ner_features`; tag
+schemes, conlleval chunks and the metric in :mod:`zhlm.finetune.ner_metric`. This module reads the
+files and writes predictions as JSON lines of entity spans with their text.
+
+``tests/test_ner.py`` checks all of this, and reads the real MSRA files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+
+from zhlm import paths
+from zhlm.finetune import ner_metric
+from zhlm.finetune.readers import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport
+
+Path = str | os.PathLike
+
+# Issue kinds beside readers.py's, the keys of the report's counts.
+UNKNOWN_TAG = "unknown_tag"  # not a tag of the scheme (sentence skipped)
+ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleval way (kept)
+BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)
+SPAN_TEXT_MISMATCH = "span_text_mismatch"  # the offsets cut out other text (span kept)
+OVERLAPPING_SPAN = "overlapping_span"  # overlaps an earlier span (span ignored)
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class NerExample:
+    guid: str
+    text: str
+    tags: tuple[str, ...]  # BIO, one per character of text
+    line: int  # the first line of the sentence (tag files) or its line (JSON lines)
+
+
+@dataclasses.dataclass
+class NerReadReport(ReadReport):
+    """A :class:`ReadReport` that also says which scheme the file was read as."""
+
+    scheme: str = ""
+
+    def summary(self, max_issues: int = 5) -> str:
+        first, newline, rest = super().summary(max_issues).partition("\n")
+        return f"{first} (scheme {self.scheme})" + newline + rest
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def read_tagged(path: Path, scheme: str = "auto") -> tuple[list[NerExample], NerReadReport]:
+    """``char<TAB>tag`` (or ``char tag``) lines, a blank line after each sentence. ``scheme`` is
+    one of ``ner_metric.SCHEMES`` or ``auto`` (:func:`ner_metric.detect_scheme`). A sentence
+    with a bad line (field count, a token that is not one character, a tag outside the scheme)
+    is skipped; ill-formed entities are kept as conlleval reads them and reported."""
+    if scheme != "auto":
+        ner_metric.check_scheme(scheme)
+    report = NerReadReport(os.fspath(path))
+    sentences = list(_tagged_sentences(path, report))
+    spans = [ner_metric.entities(tags) for _, _, tags in sentences]
+    detected = scheme == "auto"
+    if detected:
+        tag_seqs = (tags for _, _, tags in sentences)
+        scheme = ner_metric.detect_scheme(tag_seqs, report.path, spans)
+    report.scheme = scheme
+    examples = []
+    for (first, chars, tags), entities in zip(sentences, spans, strict=True):
+        # A detected scheme has every letter the file uses; a given one may not.
+        if not detected and _outside_scheme(tags, scheme, first, report):
+            continue
+        bio = _to_bio(tags, entities, scheme, first, report)
+        guid = f"{os.path.basename(path)}:{first}"
+        examples.append(NerExample(guid, "".join(chars), tuple(bio), first))
+    return _finish(examples, report)
+
+
+def _tagged_sentences(path: Path, report: ReadReport) -> Iterator[tuple[int, list, list]]:
+    """``(first line number, characters, tags)`` of each sentence without a bad line; a
+    sentence with one is reported once, at its first bad line. MSRA train has 2 million lines,
+    so a well-formed sentence is checked by one regular expression, not line by line."""
+    parts = _SENTENCE_BREAK.split(_read_text(path))
+    line = 1
+    for block, gap in zip(parts[::2], [*parts[1::2], ""], strict=True):
+        if block.strip():
+            if _GOOD_SENTENCE.fullmatch(block):
+                rows = block.split("\n")
+                yield line, [row[0] for row in rows], [row[2:] for row in rows]
+            else:
+                yield from _checked_sentence(block.split("\n"), line, report)
+        line += block.count("\n") + gap.count("\n")
+
+
+# One blank line or more (lines of spaces and tabs count as blank) between sentences.
+_SENTENCE_BREAK = re.compile(r"(\n(?:[ \t]*\n)+)")
+# Lines of one character (not an undecodable byte), a tab and a tag that parse_tag takes.
+_LINE = r"[^\t\n\udc80-\udcff]\t(?:O|[BIEMS]-[^\s\udc80-\udcff]+)"
+_GOOD_SENTENCE = re.compile(rf"{_LINE}(?:\n{_LINE})*")
+
+
+def _checked_sentence(rows: list[str], first: int, report: ReadReport):
+    """The sentence of ``rows`` checked line by line: nothing if it is a ``-DOCSTART-``
+    marker, nothing (reported) if a line is bad, else ``(first, chars, tags)``."""
+    while rows and not rows[-1].strip():
+        rows.pop()  # blank lines at the end of the file
+    while rows and not rows[0].strip():
+        rows, first = rows[1:], first + 1  # and at its start
+    if len(rows) == 1 and rows[0].startswith("-DOCSTART-"):
+        return
+    chars, tags, bad = [], [], []
+    for number, text in enumerate(rows, start=first):
+        char, tag, problem = _parse_line(text)
+        if problem:
+            bad.append((number, *problem))
+            continue
+        chars.append(char)
+        tags.append(tag)
+    if not bad:
+        yield first, chars, tags
+        return
+    number, kind, message = bad[0]
+    if len(bad) > 1:
+        message += f"; {len(bad) - 1} more bad lines in this sentence"
+    report.add(kind, number, message + ": sentence skipped")
+
+
+def _parse_line(text: str) -> tuple[str, str, tuple[str, str] | None]:
+    """``(char, tag, None)`` of one line, or ``(.., .., (kind, message))`` saying what is wrong.
+    Space around the tag is allowed; the character may itself be a space (``" \tO"``)."""
+    if _NOT_UTF8.search(text):
+        return "", "", (MALFORMED_LINE, "not UTF-8")
+    fields = text.split("\t") if "\t" in text else text.split()
+    if len(fields) != 2:
+        return "", "", (MALFORMED_LINE, f"{len(fields)} fields, expected char and tag")
+    char, tag = fields[0], fields[1].strip()
+    if len(char) != 1:
+        return "", "", (MALFORMED_LINE, f"token {char!r} is not one character")
+    try:
+        ner_metric.parse_tag(tag)
+    except ValueError as error:
+        return "", "", (UNKNOWN_TAG, str(error))
+    return char, tag, None
+
+
+def _outside_scheme(tags: list[str], scheme: str, first: int, report: ReadReport) -> bool:
+    allowed = ner_metric.LETTERS[scheme]
+    outside = {tag for tag in set(tags) if tag != "O" and tag[0] not in allowed}
+    if not outside:
+        return False
+    i = next(i for i, tag in enumerate(tags) if tag in outside)
+    report.add(UNKNOWN_TAG, first + i, f"{tags[i]} is not a {scheme} tag: sentence skipped")
+    return True
+
+
+def _to_bio(tags: list[str], spans: list, scheme: str, first: int, report) -> list[str]:
+    """BIO of one sentence with these conlleval ``spans`` (its characters on lines ``first,
+    first + 1, ...``); each entity not tagged as ``scheme`` writes it is reported."""
+    if not spans:
+        return tags
+    canonical = ner_metric.encode(spans, len(tags), scheme)
+    for type_, start, end in spans:
+        if canonical[start:end] != tags[start:end]:
+            after = f"after {tags[start - 1]}" if start else "at the sentence start"
+            message = (
+                f"{type_} entity at characters {start}-{end - 1} tagged "
+                f"{' '.join(tags[start:end])} {after}; read the conlleval way"
+            )
+            report.add(ILL_FORMED_ENTITY, first + start, message, dropped=False)
+    return ner_metric.encode(spans, len(tags), "bio")
+
+
+def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:
+    """CLUENER-style JSON lines ``{"text", "label": {type: {entity: [[start, end], ...]}}}``
+    with ``end`` inclusive; no ``label`` means no entities (a test file). A span outside the
+    text or overlapping an earlier one (by start, longer first) is ignored and reported."""
+    report = NerReadReport(os.fspath(path), scheme="spans")
+    examples = []
+    for number, text in enumerate(_read_lines(path), start=1):
+        if text is None:
+            report.add(MALFORMED_LINE, number, "not UTF-8: record skipped")
+            continue
+        if not text.strip():
+            continue
+        item = _json_record(text, number, report)
+        if item is None:
+            continue
+        spans = _record_spans(item, number, report)
+        if spans is None:
+            continue
+        tags = ner_metric.encode(spans, len(item["text"]), "bio")
+        guid = str(item["id"]) if "id" in item else f"{os.path.basename(path)}:{number}"
+        examples.append(NerExample(guid, item["text"], tuple(tags), number))
+    return _finish(examples, report)
+
+
+def _json_record(text: str, number: int, report: ReadReport) -> dict | None:
+    try:
+        item = json.loads(text)
+    except json.JSONDecodeError as error:
+        report.add(MALFORMED_LINE, number, f"invalid JSON: {error.msg} at column {error.colno}")
+        return None
+    if not isinstance(item, dict):
+        report.add(MALFORMED_LINE, number, f"expected a JSON object, got {type(item).__name__}")
+        return None
+    if not isinstance(item.get("text"), str):
+        report.add(MISSING_FIELD, number, "no 'text' string")
+        return None
+    if not item["text"]:
+        report.add(EMPTY_TEXT, number, "text is empty")
+        return None
+    return item
+
+
+def _record_spans(item: dict, number: int, report: ReadReport) -> list | None:
+    """The record's ``(type, start, end)`` spans, sorted and not overlapping; None (reported)
+    when ``label`` is not a mapping of types to mappings of entities to offset pairs."""
+    text, label = item["text"], item.get("label") or {}
+    if not isinstance(label, dict) or not all(isinstance(m, dict) for m in label.values()):
+        report.add(MALFORMED_LINE, number, "'label' is not {type: {entity: [[start, end]]}}")
+        return None
+    spans = set()
+    for type_, mentions in label.items():
+        for entity, offsets in mentions.items():
+            for pair in offsets if isinstance(offsets, list) else [offsets]:
+                span = _offsets(pair, text, str(type_), entity, number, report)
+                if span is not None:
+                    spans.add(span)
+    kept, end = [], 0
+    for span in sorted(spans, key=lambda s: (s[1], s[1] - s[2], s[0])):
+        if span[1] < end:
+            message = f"{span[0]} span {span[1]}-{span[2] - 1} overlaps another: span ignored"
+            report.add(OVERLAPPING_SPAN, number, message, dropped=False)
+            continue
+        kept.append(span)
+        end = span[2]
+    return kept
+
+
+def _offsets(pair, text, type_, entity, number, report) -> tuple[str, int, int] | None:
+    ok = isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)
+    if not ok or not 0 <= pair[0] <= pair[1] < len(text):
+        message = f"{type_} {entity!r}: offsets {pair!r} not in 0..{len(text) - 1}: span ignored"
+        report.add(BAD_SPAN, number, message, dropped=False)
+        return None
+    start, end = pair[0], pair[1] + 1
+    if text[start:end] != entity:
+        message = f"{type_} {entity!r} at {start}-{end - 1} is {text[start:end]!r} in the text"
+        report.add(SPAN_TEXT_MISMATCH, number, message + " (offsets used)", dropped=False)
+    return type_, start, end
+
+
+def _read_text(path: Path) -> str:
+    """The file's text with LF line breaks; bytes that are not UTF-8 become lone surrogates
+    (``surrogateescape``), so that the one line holding them is reported, not the file."""
+    with open(path, "rb") as f:
+        text = f.read().decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
+    return text.replace("\r\n", "\n") if "\r" in text else text
+
+
+def _read_lines(path: Path) -> list[str | None]:
+    """Every line of the file, None for a line that is not UTF-8."""
+    lines = _read_text(path).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [None if _NOT_UTF8.search(line) else line for line in lines]
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def _finish(examples: list, report: ReadReport):
+    report.records = len(examples)
+    if report.issues:
+        log.warning("%s", report.summary())
+    return examples, report
+
+
+def labels(examples: Sequence[NerExample]) -> tuple[str, ...]:
+    """``O``, then ``B-T``, ``I-T`` for each entity type of ``examples`` in sorted order."""
+    types = sorted({t for e in examples for t, _, _ in ner_metric.entities(e.tags)})
+    return ("O", *(f"{letter}-{t}" for t in types for letter in "BI"))
+
+
+def prediction_records(example: NerExample, tags: Sequence[str]) -> list[dict]:
+    """``[{"type", "start", "end", "text"}]`` of the entities in ``tags`` (conlleval chunks),
+    ``end`` exclusive so that ``text == example.text[start:end]``."""
+    if len(tags) != len(example.text):
+        raise ValueError(f"{example.guid}: {len(tags)} tags for {len(example.text)} characters")
+    return [
+        dict(type=type_, start=start, end=end, text=example.text[start:end])
+        for type_, start, end in ner_metric.entities(tags)
+    ]
+
+
+def cluener_label(records: Sequence[dict]) -> dict:
+    """``prediction_records`` as CLUENER writes them: ``{type: {text: [[start, end]]}}`` with
+    ``end`` inclusive (what :func:`read_spans_jsonl` reads)."""
+    label: dict = {}
+    for r in records:
+        label.setdefault(r["type"], {}).setdefault(r["text"], []).append([r["start"], r["end"] - 1])
+    return label
+
+
+def write_predictions(path: str, examples: Sequence[NerExample], tag_seqs) -> None:
+    """One JSON line per example: ``{"id", "text", "entities": prediction_records(...),
+    "label": cluener_label(...)}``, so the file also reads back with :func:`read_spans_jsonl`."""
+    lines = []
+    for example, tags in zip(examples, tag_seqs, strict=True):
+        records = prediction_records(example, tags)
+        record = dict(id=example.guid, text=example.text, entities=records)
+        record["label"] = cluener_label(records)
+        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+    paths.resolve(path).write_text("".join(lines), encoding="utf-8")  # local or gs://

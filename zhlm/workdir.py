@@ -1,0 +1,49 @@
+"""The files zhlm writes in a folder, named once: pretraining workdirs, parameter checkpoints,
+fine-tuning workdirs.
+
+Every reader and writer takes its paths from here (through ``zhlm.paths``, so a ``gs://``
+folder works wherever a local one does): a renamed file cannot leave a reader behind.
+
+* pretraining workdir (``zhlm-pretrain``): ``config.json``, ``checkpoints/<step>/`` (orbax: train
+  state and data position), ``metrics.jsonl``, ``tensorboard/``;
+* parameter checkpoint (``zhlm-convert``, a fine-tuning run's ``best/``): ``config.json`` and
+  ``params/`` (orbax: the parameter tree);
+* fine-tuning workdir (``zhlm-finetune``): ``config.json``, ``results.json``, ``best/`` and, for
+  MRC, ``predictions_dev.json`` with ``eval_set.json``, for NER ``predictions_dev.jsonl``.
+"""
+
+from etils import epath
+
+from zhlm import paths
+
+CONFIG = "config.json"
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+PARAMS = "params"
+RESULTS = "results.json"
+BEST = "best"
+PREDICTIONS = "predictions_dev.json"
+NER_PREDICTIONS = "predictions_dev.jsonl"  # one line of entity spans per sentence
+EVAL_SET = "eval_set.json"
+
+
+def path(folder, *names: str) -> epath.Path:
+    """``folder/names...``, local (absolute) or remote."""
+    return paths.resolve(folder).joinpath(*names)
+
+
+def is_params_checkpoint(folder) -> bool:
+    return path(folder, CONFIG).is_file() and path(folder, PARAMS).is_dir()
+
+
+def is_pretraining(folder) -> bool:
+    return path(folder, CHECKPOINTS).is_dir()
+
+
+def checkpoint_steps(folder) -> list[int]:
+    """The steps saved under a pretraining workdir's ``checkpoints/``, ascending."""
+    root = path(folder, CHECKPOINTS)
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
