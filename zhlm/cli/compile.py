@@ -62,7 +62,9 @@ def _speed_lines(p):
         + (f", ICI {t['ici_seconds'] * 1e3:.2f} ms)" if t["ici_seconds"] is not None else ")"),
         f"  at best {t['sequences_per_second']:,.0f} sequences/s, "
         f"{t['tokens_per_second']:,.0f} tokens/s, MFU {t['mfu']:.1%} (a bound from XLA's "
-        "FLOP and bytes-accessed estimates, all overlapped; real steps are slower)",
+        "FLOP and bytes-accessed estimates, all overlapped; real steps are slower);",
+        f"  MFU {t['mfu_without_hbm']:.1%} if HBM traffic were no limit (XLA's bytes accessed "
+        "overstates it)",
     ]
 
 

@@ -52,18 +52,33 @@ _EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\ufe0f]")
 _CLAUSE = "，、：,"
 
 
+LOCATIONS = 3  # places kept per reason
+
+
+def _place_order(place: str):
+    """``file:line`` and ``file@byte`` by file, then number; a bare file first."""
+    path, _, number = place.rpartition("@" if "@" in place else ":")
+    return (path, int(number)) if path and number.isdigit() else (place, -1)
+
+
 @dataclasses.dataclass
 class Report:
     """Counts of what went in, what came out, and every repair or skip by reason.
 
     ``counts`` holds totals (documents, sentences, tokens, instances, ...) and ``reasons`` the
-    repaired or skipped items; both are kept per source too. Reports merge with ``+=``.
+    repaired or skipped items; both are kept per source too. Every reason also keeps where it
+    first happened (up to :data:`LOCATIONS` places, ``file:line`` or ``file@byte`` for a document
+    in a byte-range shard, or the shard's file for what is decided per shard): the readers set
+    ``where`` to the document being processed, so the cleaning, annotation and instance code
+    that counts a reason need not know it. Reports merge with ``+=``.
     """
 
     counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     per_source: dict = dataclasses.field(default_factory=dict)
     messages: list = dataclasses.field(default_factory=list)
+    locations: dict = dataclasses.field(default_factory=dict)  # reason -> first places
+    where: str = ""  # the document (or shard) being processed; not saved
 
     def count(self, key, n=1, source=None):
         self.counts[key] += n
@@ -75,6 +90,9 @@ class Report:
         # A sample of messages (with the file name) is enough to find the bad input.
         if message and self.reasons[key] <= 3:
             self.messages.append(f"{key}: {message}")
+        places = self.locations.setdefault(key, [])
+        if self.where and len(places) < LOCATIONS and self.where not in places:
+            places.append(self.where)
 
     def __iadd__(self, other):
         self.counts.update(other.counts)
@@ -82,6 +100,10 @@ class Report:
         for source, counter in other.per_source.items():
             self.per_source.setdefault(source, collections.Counter()).update(counter)
         self.messages.extend(other.messages)
+        for key, places in other.locations.items():
+            # The first places in file order, whatever order the shards' reports merge in.
+            merged = set(self.locations.get(key, [])) | set(places)
+            self.locations[key] = sorted(merged, key=_place_order)[:LOCATIONS]
         return self
 
     def to_dict(self) -> dict:
@@ -91,6 +113,7 @@ class Report:
             "reasons": dict(self.reasons),
             "per_source": {k: dict(v) for k, v in self.per_source.items()},
             "messages": list(self.messages),
+            "locations": {k: list(v) for k, v in self.locations.items()},
         }
 
     @classmethod
@@ -100,12 +123,17 @@ class Report:
             collections.Counter(d["reasons"]),
             {k: collections.Counter(v) for k, v in d["per_source"].items()},
             list(d["messages"]),
+            {k: list(v) for k, v in d["locations"].items()},
         )
 
     def format(self) -> str:
         lines = ["counts:"] + [f"  {k}: {v:,}" for k, v in sorted(self.counts.items())]
         lines += ["repaired or skipped, by reason:"]
-        lines += [f"  {k}: {v:,}" for k, v in sorted(self.reasons.items())] or ["  (none)"]
+        lines += [
+            f"  {k}: {v:,}"
+            + (f" (first at {', '.join(self.locations[k])})" if self.locations.get(k) else "")
+            for k, v in sorted(self.reasons.items())
+        ] or ["  (none)"]
         for source, counter in sorted(self.per_source.items()):
             counts = sorted(counter.items())  # the order shards merged in must not show
             lines.append(f"source {source}: " + ", ".join(f"{k} {v:,}" for k, v in counts))
@@ -131,6 +159,7 @@ def expand_inputs(patterns, report: Report, shard_bytes: int) -> list[Shard]:
         source, _, glob_ = pattern.rpartition("=") if "=" in pattern else ("", "", pattern)
         files = paths.glob_files(glob_)  # local, or gs:// (zhlm.paths)
         if not files:
+            report.where = glob_
             report.reason("empty_glob", message=f"{glob_!r} matched no files")
             continue
         for path in files:
@@ -163,6 +192,7 @@ def _raw_lines(shard: Shard, report: Report) -> Iterator[bytes]:
                 yield from f
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
             # Keep what was read: the documents before the damage are good.
+            report.where = shard.path
             report.reason("truncated_gzip", message=f"{shard.path}: {e}; kept the text before it")
         return
     with paths.open_binary(shard.path) as f:
@@ -185,20 +215,27 @@ def _previous_line_blank(path: str, pos: int) -> bool:
 
 
 def _documents_raw(shard: Shard, layout: str, report: Report) -> Iterator[list[bytes]]:
-    """Documents as lists of raw lines, owned by the shard (see :class:`Shard`)."""
+    """Documents as lists of raw lines, owned by the shard (see :class:`Shard`); before each
+    is yielded, ``report.where`` names where it starts (``file:line``, or ``file@byte`` in a
+    byte range after the first, whose line numbers would need the whole file before it)."""
     ranged = shard.end >= 0 and not shard.path.endswith(".gz")
     lines = _raw_lines(shard, report)
+
+    def at(number, pos):  # line numbers count from the file's start, which a later range lacks
+        return f"{shard.path}:{number}" if shard.start == 0 else f"{shard.path}@{pos}"
+
     if layout == "lines" or shard.path.endswith((".jsonl", ".jsonl.gz")):
-        for item in lines:
+        for number, item in enumerate(lines, 1):
             pos, line = item if ranged else (0, item)
             if ranged and pos >= shard.end:
                 return
+            report.where = at(number, pos)
             yield [line]
         return
     doc: list[bytes] = []
     # In a ranged shard the first lines may finish a document that began in the previous shard.
     in_owned = not ranged or _previous_line_blank(shard.path, shard.start)
-    for item in lines:
+    for number, item in enumerate(lines, 1):
         pos, line = item if ranged else (0, item)
         if not line.strip():
             if doc:
@@ -211,6 +248,8 @@ def _documents_raw(shard: Shard, layout: str, report: Report) -> Iterator[list[b
         if not doc and ranged and pos >= shard.end:
             return
         if in_owned:
+            if not doc:
+                report.where = at(number, pos)
             doc.append(line)
     if doc:
         yield doc
@@ -237,6 +276,7 @@ def read_documents(shard: Shard, layout: str, jsonl_field: str, report: Report):
             yield text.splitlines() or [""]
         else:
             yield [_decode(line, report, where) for line in raw_doc]
+    report.where = shard.path  # what follows is decided for the shard as a whole
     if n == 0 and shard.start == 0:
         report.reason("empty_file", message=f"{where}: no text")
 
@@ -252,6 +292,7 @@ def json_objects(shard: Shard, report: Report):
             yield json.loads(line)
         except json.JSONDecodeError as e:
             report.reason("bad_json_line", message=f"{shard.path}: {type(e).__name__} {e}")
+    report.where = shard.path  # what follows is decided for the shard as a whole
 
 
 def clean(text: str, report: Report, converter=None) -> str:

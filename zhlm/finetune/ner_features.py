@@ -49,6 +49,12 @@ class NerFeatures:
     num_chars: np.ndarray  # [E] characters of each example
 
 
+def task_stride(task) -> int:
+    """The stride a task config asks for: ``task.doc_stride``, at most the window (a longer
+    one would leave gaps; MRC's windows cap it the same way)."""
+    return min(task.doc_stride, task.max_seq_length - 2)
+
+
 def ner_features(
     examples: Sequence[NerExample],
     tokenizer,

@@ -107,7 +107,7 @@ def _records(task, examples, tokenizer, forward, config) -> list[str]:
             for qid, (text, score) in answers.items()
         ]
     elif task.kind == "ner":
-        stride = min(task.doc_stride, task.max_seq_length - 2)
+        stride = ner_features.task_stride(task)
         features = ner_features.ner_features(
             examples, tokenizer, task.labels, task.max_seq_length, stride
         )

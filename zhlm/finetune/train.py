@@ -147,8 +147,7 @@ class _Data:
             self.features = tasks.mrc_features(self.examples, *args)
             self.eval = self.features.arrays
         elif task.kind == "ner":  # tasks.read_task has set task.labels (given or inferred)
-            # A stride past the window would leave gaps; as MRC's windows, never more than it.
-            stride = min(task.doc_stride, task.max_seq_length - 2)
+            stride = ner_features.task_stride(task)
             args = (tokenizer, task.labels, task.max_seq_length, stride)
             self.train = ner_features.ner_features(train, *args).arrays
             self.features = ner_features.ner_features(self.examples, *args)

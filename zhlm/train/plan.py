@@ -22,8 +22,9 @@ How far to trust each number:
   (``metrics.train_flops_per_sequence``).
 - Time is a roofline bound, not a prediction: the chip at its bf16 peak or its HBM bandwidth
   (``bytes accessed``, scaled as the FLOPs are), or ICI carrying the collectives' bytes,
-  whichever takes longest, with everything else overlapped. Real steps are slower; the MFU
-  printed is the most this program could reach.
+  whichever takes longest, with everything else overlapped. XLA's bytes accessed counts the
+  operands and results of every op, also those kept in on-chip memory, so the HBM term is
+  pessimistic; ``mfu_without_hbm`` is the other end of the range. Not checked on a TPU.
 """
 
 import dataclasses
@@ -188,6 +189,9 @@ def _timing(config, chip, flops, comm_bytes) -> dict:
         sequences_per_second=batch / t,
         tokens_per_second=batch * seq / t,
         mfu=flops["model_flops"] / (t * chip.peak_flops),
+        # Without the HBM term (XLA's bytes accessed counts every op's operands and results,
+        # also those that never leave on-chip memory): the optimistic end of the range.
+        mfu_without_hbm=flops["model_flops"] / (max(t_compute, t_ici) * chip.peak_flops),
     )
 
 
