@@ -31,6 +31,9 @@ def get_config(arg="base"):
         doc_stride=128,  # tokens between window starts for a sentence over 254 tokens
         scheme="auto",  # the files are BIO; detected
     )
-    config.optim.update(peak_lr=5e-5, warmup_ratio=0.0, weight_decay=0.01)
+    # Paddle's Adam corrects the moments' bias. BERT's uncorrected Adam with no warmup steps
+    # about 30/sqrt(t) times the learning rate early on, and here the model collapses to all-O
+    # (loss 0.45 against 0.003 with the correction, 600 steps on 73 windows).
+    config.optim.update(peak_lr=5e-5, warmup_ratio=0.0, weight_decay=0.01, bias_correction=True)
     config.train.update(batch_size=16, epochs=6)
     return config
