@@ -24,13 +24,11 @@ import numpy as np
 
 from zhlm import paths
 from zhlm import workdir as layout
-from zhlm.finetune import ner, ner_features, tables, tasks
+from zhlm.finetune import ner, ner_features, tasks
 from zhlm.finetune.train import load_finetuned
 from zhlm.train.checkpoint import VOCAB
 
 CHUNK = 1024  # inputs featurized and predicted at a time: memory stays flat for any file
-# The formats that were named before text_fields/label_field, as table formats.
-LEGACY = {"sentence_tsv": "tsv", "pair_tsv": "tsv", "pair_jsonl": "jsonl"}
 
 
 def predict(source: str, input_file: str, output: str, fmt: str = "", text_fields=()) -> int:
@@ -47,8 +45,7 @@ def predict(source: str, input_file: str, output: str, fmt: str = "", text_field
     task.format = fmt or task.format
     if text_fields:
         task.text_fields = tuple(text_fields)
-    examples, report = _read(task, input_file)
-    print(report.summary(), flush=True)
+    examples, _ = tasks.read_file(task, input_file, require_label=False)
     vocab = layout.path(best, VOCAB)  # the run's vocabulary, saved beside its parameters
     task.vocab = str(vocab) if vocab.is_file() else task.vocab
     tokenizer = tasks.load_tokenizer(task)
@@ -65,19 +62,6 @@ def predict(source: str, input_file: str, output: str, fmt: str = "", text_field
 
 def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
-
-
-def _read(task, path):
-    if not paths.resolve(path).exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    if task.kind in ("classification", "pair"):
-        fmt = LEGACY.get(task.format, task.format)
-        return tables.read_table(
-            path, fmt, task.kind, task.text_fields, task.label_field, None, require_label=False
-        )
-    if task.kind == "mrc":
-        return tasks.readers.read_squad(path, require_answers=False)
-    return tasks.READERS[task.format](path, task)
 
 
 def _run(arrays, batch_size, forward):

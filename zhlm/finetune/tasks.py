@@ -40,20 +40,34 @@ KINDS = ("classification", "pair", "mrc", "ner")
 TABLE_FORMATS = tables.FORMATS
 # Reader name (config.task.format) -> reader(path, task) -> (examples, report). An empty
 # task.labels reads every label (read_task then infers the set from the training file).
+# ``need`` False: inputs to predict, whose labels (answers) may be absent.
 READERS = {
     **{
-        fmt: lambda path, task, fmt=fmt: tables.read_table(
-            path, fmt, task.kind, task.text_fields, task.label_field, list(task.labels) or None
+        fmt: lambda path, task, need=True, fmt=fmt: tables.read_table(
+            path,
+            fmt,
+            task.kind,
+            task.text_fields,
+            task.label_field,
+            list(task.labels) or None,
+            require_label=need,
         )
         for fmt in TABLE_FORMATS
     },
     # The names of the formats before there were text_fields/label_field, kept as they read.
-    "sentence_tsv": lambda path, task: readers.read_sentence_tsv(path, list(task.labels) or None),
-    "pair_tsv": lambda path, task: readers.read_pair_tsv(path, list(task.labels) or None),
-    "pair_jsonl": lambda path, task: readers.read_pair_jsonl(path, list(task.labels) or None),
-    "squad": lambda path, task: readers.read_squad(path),
-    "tagged": lambda path, task: ner.read_tagged(path, task.scheme),
-    "spans_jsonl": lambda path, task: ner.read_spans_jsonl(path),
+    **{
+        name: lambda path, task, need=True, read=read: read(
+            path, list(task.labels) or None, require_label=need
+        )
+        for name, read in (
+            ("sentence_tsv", readers.read_sentence_tsv),
+            ("pair_tsv", readers.read_pair_tsv),
+            ("pair_jsonl", readers.read_pair_jsonl),
+        )
+    },
+    "squad": lambda path, task, need=True: readers.read_squad(path, require_answers=need),
+    "tagged": lambda path, task, need=True: ner.read_tagged(path, task.scheme),
+    "spans_jsonl": lambda path, task, need=True: ner.read_spans_jsonl(path),
 }
 FORMATS = {
     "classification": (*TABLE_FORMATS, "sentence_tsv"),
@@ -93,14 +107,14 @@ def check_task(task) -> None:
         raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
 
 
-def read_file(task, path: str):
+def read_file(task, path: str, require_label: bool = True):
     """``(examples, report)`` of one file through the reader ``task.format`` names; the report
     (every bad record with file and line) is printed. A table of which no record could be
     read fails with what the file looks like and the flags that would read it."""
     folder = task.format == "datasets"  # save_to_disk writes a folder
     if not (os.path.isdir if folder else os.path.isfile)(path):
         raise FileNotFoundError(f"{path}: no such {'folder' if folder else 'file'}")
-    examples, report = READERS[task.format](path, task)
+    examples, report = READERS[task.format](path, task, require_label)
     print(report.summary(), flush=True)
     if not examples and report.issues and task.kind in ("classification", "pair"):
         counts = ", ".join(f"{kind}={n}" for kind, n in sorted(report.counts.items()))
