@@ -8,6 +8,7 @@ lengths and turn counts (KdConv, CrossWOZ, chatterbot), so a share measured on a
 them would not say what a run on all of them gets.
 """
 
+import collections
 import json
 import os
 import random
@@ -186,3 +187,67 @@ def test_dlm_config_pretrains_on_its_bundled_text_and_dialogues(tmp_path):
     evals = metrics.read(str(tmp_path), "eval")
     assert train[-1] < train[0] - 0.3, train
     assert len(evals) == 2 and all(np.isfinite(e["sentence_accuracy"]) for e in evals), evals
+    per_source = ("train/sentence_accuracy", "dialogue/sentence_accuracy", "dlm_accuracy")
+    assert all(k in e for e in evals for k in (*per_source, "nsp_accuracy")), evals[-1].keys()
+
+
+class _FakeLoader:
+    """Held-out records of two sources as ``zhlm.data.loader.Loader`` lays them out: each
+    row's ``correct`` says whether the fake model judges it right."""
+
+    def __init__(self, held, sizes, correct, global_batch=4):
+        self.held, self.sizes, self.global_batch = held, sizes, global_batch
+        self.rows, self.correct = slice(0, global_batch), correct
+
+    def _read(self, plan):
+        return {
+            "source": np.array([0 if name == "dialogue" else 1 for name, _ in plan], np.int32),
+            "correct": np.array([self.correct[name](i) for name, i in plan], np.int32),
+        }
+
+
+class _FakeTrainer:
+    def __init__(self, config):
+        from zhlm.train import sharding
+
+        self.mesh = sharding.create_mesh(config)
+
+    def evaluate(self, params, batch, rng):
+        from zhlm.train import sums
+
+        n = batch["correct"].shape[0]
+        loss = 1.0 - batch["correct"].mean()
+        return sums.objective("sentence", loss * n, float(n), correct=batch["correct"].sum())
+
+
+def test_eval_reports_nsp_and_real_fake_accuracy_apart():
+    """Issue 14: held-out metrics blended the text's NSP and the dialogues' real/fake accuracy
+    into one ``sentence_accuracy``; each source and objective now has its own, from whole
+    batches of its own records (leftovers count in the overall means only)."""
+    from zhlm.train import loop
+
+    config = dlm_config()
+    config.train.batch_size = 4
+    correct = {"dialogue": lambda i: int(i % 4 != 0), "train": lambda i: 0}  # 3/4 and 0
+    loader = _FakeLoader({"dialogue": 10, "train": 6}, {"dialogue": 40, "train": 100}, correct)
+    sources = [s for s, _ in loop._eval_batches_by_source(loader)]
+    assert sources == ["dialogue", "dialogue", "train", None]  # leftovers 2 + 2 pooled
+    metrics = loop._Evaluator(_FakeTrainer(config), loader, config)(params=None)
+    assert metrics["dialogue/sentence_accuracy"] == pytest.approx(0.75)
+    assert metrics["train/sentence_accuracy"] == 0.0
+    assert metrics["dlm_accuracy"] == pytest.approx(0.75)
+    assert metrics["nsp_accuracy"] == 0.0
+    # The contract's names still cover every evaluated row: 8 dialogue rows (6 right), 4 text
+    # rows, and the pooled 2 + 2 (of dialogue rows 48 and 49, one right).
+    assert metrics["sentence_accuracy"] == pytest.approx((6 + 0 + 1) / 16)
+    text_only = dlm_config(dialogue_sources=()).data
+    assert loop._by_objective({"train": {"sentence_count": 4}}, text_only) == {}
+
+
+def test_windows_are_three_turn_conversations(real):
+    """ERNIE 1.0's DLM inputs are three-turn conversations (QRQ, QRR, QQR); a window never
+    leaves a lone turn behind it when it could give one up."""
+    _, windows, _, report = real
+    counts = collections.Counter(len(w.turns) for w in windows)
+    assert set(counts) == {2, 3} and counts[3] > 2 * counts[2], counts
+    assert report.reasons["dialogue_last_turn_left_over"] < 0.01 * len(windows)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import load_config
 
-from zhlm.models import build_model, init_variables
+from zhlm.models import build_model, count_params, dropout_rngs, fit_vocab, init_variables
 from zhlm.models.layers import attention, attention_with_dropout
 
 
@@ -174,3 +174,52 @@ def test_sequence_longer_than_position_table_is_an_error():
     ids = jnp.ones((1, 40), jnp.int32)
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model.apply(variables, ids, ids * 0, ids)
+
+
+def test_vocabulary_is_padded_inside_the_model_only():
+    """Rows padded to vocab_multiple; logits, counts and the real rows keep vocab_size (97)."""
+    config = tiny("spanbert", vocab_multiple=128)
+    model, variables, out = run(config)
+    params = variables["params"]
+    assert params["embeddings"]["word_embeddings"]["embedding"].shape[0] == 128
+    assert params["mlm"]["decoder"]["bias"].shape == (128,)
+    assert params["sbo"]["decoder"]["bias"].shape == (128,)
+    assert out["mlm_logits"].shape[-1] == 97
+    unpadded = tiny("spanbert", vocab_multiple=1)
+    assert count_params(model) == count_params(build_model(unpadded))
+    # The same real rows give the same logits whatever the padding holds.
+    fitted = fit_vocab(variables["params"], build_model(unpadded).config)
+    assert fitted["embeddings"]["word_embeddings"]["embedding"].shape[0] == 97
+    out1 = build_model(unpadded).apply({"params": fitted}, *batch())
+    np.testing.assert_allclose(out1["mlm_logits"], out["mlm_logits"], rtol=1e-6, atol=1e-6)
+    noisy = fit_vocab(fitted, model.config)  # zero padding rows instead of the initialiser's
+    np.testing.assert_array_equal(noisy["mlm"]["decoder"]["bias"][97:], 0)
+    out2 = model.apply({"params": noisy}, *batch())
+    np.testing.assert_allclose(out2["mlm_logits"], out["mlm_logits"], rtol=1e-6, atol=1e-6)
+
+
+def test_saved_configs_without_vocab_multiple_keep_their_unpadded_tables():
+    from zhlm import defaults
+
+    saved = tiny().to_dict()
+    del saved["model"]["vocab_multiple"]
+    assert defaults.config_from_dict(saved).model.vocab_multiple == 1
+    assert defaults.config_from_dict(tiny().to_dict()).model.vocab_multiple == 128
+
+
+def test_dropout_rng_rbg_is_fresh_per_key_and_reproducible():
+    config = tiny(dropout_rng="rbg")
+    model = build_model(config)
+    variables = init_variables(model, jax.random.key(0))
+
+    def seq(seed):
+        rngs = dropout_rngs(jax.random.key(seed), model.config)
+        return model.apply(variables, *batch(), deterministic=False, rngs=rngs)["sequence_output"]
+
+    np.testing.assert_array_equal(seq(1), seq(1))
+    assert not np.allclose(seq(1), seq(2))
+    threefry = dropout_rngs(jax.random.key(1), build_model(tiny()).config)
+    out = model.apply(variables, *batch(), deterministic=False, rngs=threefry)["sequence_output"]
+    assert not np.allclose(out, seq(1))  # a different generator, not a renamed one
+    with pytest.raises(ValueError, match="dropout_rng"):
+        build_model(tiny(dropout_rng="philox"))

@@ -502,3 +502,51 @@ def test_msra_gold_predictions_merge_back(msra, tokenizer):
     assert len(small.example_index) > 2 * len(part)
     merged = merge(small, np.maximum(small.arrays["labels"], 0))
     assert merged == [list(e.tags) for e in part]
+
+
+# -------------------------------------------------------------------- run diagnostics
+
+
+def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys):
+    """Issue 14: fine-tuned from ERNIE tiny after 600 pretraining steps (MLM still at the
+    unigram stage), MSRA NER stayed at all O (F1 0) while a random encoder learned. That
+    encoder gave every token one vector up to scale; the run now says so, and prints the
+    label prior's loss, the plateau such a run sits at."""
+    from types import SimpleNamespace
+
+    import jax
+
+    from zhlm.finetune import heads, train
+    from zhlm.train.optim import make_optimizer
+
+    config = train.get_base_config("tiny")
+    config.task.update(kind="ner", labels=MSRA_LABELS, max_seq_length=32)
+    config.train.batch_size = 4
+    sentences = [
+        ("张三在北京工作", [("PER", 0, 2), ("LOC", 3, 5)]),
+        ("我们去上海", [("LOC", 3, 5)]),
+    ]
+    features = ner_features.ner_features(
+        [example(text, spans) for text, spans in sentences * 2], tokenizer, MSRA_LABELS, 32, 30
+    )
+    data = SimpleNamespace(train=features.arrays, num_train=4)
+    model = heads.build_head(config)
+    steps = train._Steps(model, config, lambda p: make_optimizer(config.optim, 10, p)[0])
+    fresh = heads.init_params(model, jax.random.key(1), 32)
+    assert train._top_direction_share(steps, config, data, fresh) < 0.5
+    collapsed = jax.tree_util.tree_map(np.asarray, fresh)
+    emb = collapsed["embeddings"]
+    table = emb["word_embeddings"]["embedding"]
+    scale = np.random.RandomState(0).uniform(0.5, 2.0, (len(table), 1))
+    emb["word_embeddings"]["embedding"] = (scale * table[:1]).astype(table.dtype)
+    for name in ("position_embeddings", "token_type_embeddings"):
+        emb[name]["embedding"] = np.zeros_like(emb[name]["embedding"])
+
+    diagnosis = train._diagnose(config, data, steps, collapsed)
+
+    assert diagnosis["init_top_direction_share"] > train.COLLAPSED_SHARE
+    assert "token representations have collapsed" in capsys.readouterr().out
+    labels = features.arrays["labels"]
+    p = np.bincount(labels[labels >= 0]) / (labels >= 0).sum()
+    p = p[p > 0]
+    assert diagnosis["label_prior_loss"] == pytest.approx(-(p * np.log(p)).sum())

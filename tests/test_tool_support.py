@@ -126,3 +126,51 @@ def test_reset_annotators_builds_them_again():
     assert pipeline._annotator(data) is first  # cached per process
     pipeline.reset_annotators()
     assert pipeline._annotator(data) is not first
+
+
+def _tools_module(name):
+    import importlib
+    import sys
+
+    tools = os.path.join(ROOT, "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("command", ["tpu", "loader"])
+def test_bench_tpu_and_loader_commands_parse(command, capsys):
+    bench = _tools_module("bench")
+    assert command in bench.COMMANDS
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([command, "--help"])
+    assert exit_.value.code == 0
+    assert "--read-ahead" in capsys.readouterr().out
+
+
+def test_loader_rate_and_read_ahead_keep_the_batches_and_the_resume_point(tmp_path):
+    from zhlm.data import loader as loader_lib
+
+    bench_common = _tools_module("bench_common")
+    measured = bench_common.loader_rate(seq=64, batch=16, seconds=0.2, data_dir=str(tmp_path))
+    assert measured["records_per_second"] > 0 and measured["records"] > 16
+    path = measured["path"]
+
+    def make(read_ahead=0):  # the second process of two: its rows of each global batch
+        return loader_lib.Loader(path, "", 16, 5, 1, 2, read_ahead=read_ahead)
+
+    plain, ahead = make(), make(read_ahead=3)
+    for i in range(12):
+        a, b = next(plain), next(ahead)
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+        if i == 4:  # the position after the batches returned, not after those read ahead
+            assert ahead.get_state() == plain.get_state()
+            saved = ahead.get_state()
+    resumed, again = make(read_ahead=2), make()
+    resumed.set_state(saved)
+    again.set_state(saved)
+    for _ in range(6):
+        a, b = next(again), next(resumed)
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    for loader in (ahead, resumed):
+        loader.close()

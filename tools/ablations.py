@@ -1,6 +1,7 @@
 """The miniature ablations behind ``reproduce_tables.py``'s ``macbert_replacement``,
-``roberta_inputs`` and ``albert_sharing`` tables: pretrain one model per variant, fine-tune it on
-the downstream tasks over several seeds, and tabulate mean ± std beside the paper.
+``roberta_inputs``, ``albert_sharing``, ``ernie_knowledge``, ``spanbert_masking`` and ``bert_wwm``
+tables: pretrain one model per variant, fine-tune it on the downstream tasks over several seeds,
+and tabulate mean ± std beside the paper.
 
 Each variant is the recipe's own config (``configs/<recipe>.py``) with the few keys the ablation
 changes, so a table compares exactly what the paper compares and nothing else. A scale fixes
@@ -82,6 +83,7 @@ SCALES = {
             "chnsenticorp": MICRO_TASK,
             "ocnli": MICRO_TASK,
             "cmrc2018": dict(max_seq_length=128, doc_stride=64, max_query_length=32),
+            "msra_ner": MICRO_TASK,  # no MSRA sentence is over 100 characters
         },
     ),
     "mini": Scale(
@@ -102,11 +104,17 @@ SCALES = {
             "chnsenticorp": dict(max_seq_length=128),
             "ocnli": dict(max_seq_length=128),
             "cmrc2018": dict(max_seq_length=256, doc_stride=128, max_query_length=32),
+            "msra_ner": dict(max_seq_length=128),
         },
     ),
 }
-# cmrc2018 counts questions; its mini subsets are smaller (each question makes several windows).
-MINI_CMRC = dict(max_train_examples=800, max_eval_examples=300)
+# Per-task changes to a mini scale's fine-tuning. cmrc2018 counts questions; its subsets are
+# smaller (each question makes several windows). msra_ner sentences are short and a tiny tagger
+# needs many steps before it tells entities from O (configs/finetune/msra_ner.py): more of them.
+MINI_TRAIN = {
+    "cmrc2018": dict(max_train_examples=800, max_eval_examples=300),
+    "msra_ner": dict(max_train_examples=8000, epochs=3),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,12 +122,48 @@ class Ablation:
     title: str
     variants: tuple
     tasks: tuple  # fine-tuning tasks, the first one decides the ordering check
-    paper_order: tuple = ()  # variant names best first, where the paper states an ordering
+    # Variant names best first, where the paper states an ordering; several such chains (a tuple
+    # of tuples) where the table holds several comparisons.
+    paper_order: tuple = ()
     note: str = ""
     paper_runs: dict = dataclasses.field(default_factory=dict)  # paper-scale train overrides
+    # Micro scale for tables with many variants (CI time): the tasks it fine-tunes (empty: all
+    # of ``tasks``) and its pretraining's config.train overrides.
+    micro_tasks: tuple = ()
+    micro_pretrain: dict = dataclasses.field(default_factory=dict)
+    micro_finetune: dict = dataclasses.field(default_factory=dict)  # config.train overrides
+
+
+def scale_tasks(ablation: Ablation, scale_name: str) -> tuple:
+    """The tasks ``ablation`` fine-tunes at ``scale_name``."""
+    return (ablation.micro_tasks or ablation.tasks) if scale_name == "micro" else ablation.tasks
+
+
+def table_scale(ablation: Ablation, scale_name: str) -> Scale:
+    """``SCALES[scale_name]`` with the ablation's micro pretraining overrides."""
+    scale = SCALES[scale_name]
+    if scale_name == "micro" and ablation.micro_pretrain:
+        scale = dataclasses.replace(scale, pretrain={**scale.pretrain, **ablation.micro_pretrain})
+    return scale
+
+
+# Two pretraining steps of 8 (no held-out evaluation) and one seed of one fine-tuning step of 16:
+# each variant still pretrains, checkpoints, fine-tunes and scores end to end, and compiling and
+# tracing (per variant: its masking and heads) are most of what a micro table costs.
+MICRO_SHORT = dict(num_steps=2, log_every=1, eval_every=0, eval_examples=8, checkpoint_every=2)
+MICRO_FEW = dict(seeds=1, max_train_examples=16, max_eval_examples=16)
 
 
 REPLACEMENTS = ("mac", "random", "partial_mask", "all_mask")
+ERNIE_LEVELS = (1 / 3, 1 / 3, 1 / 3)  # P(basic, phrase, entity): configs/ernie.py's default
+DIALOGUE = "dialogue"  # the --input name of the dialogue source in DLM variants
+# SpanBERT Table 5's rows: segment pairs with NSP and no SBO, ERNIE's unit ids in the data.
+SPANBERT_2SEQ = (
+    ("data.format", "segment_pair"),
+    ("model.sentence_head", "nsp"),
+    ("model.span_boundary_head", False),
+    ("data.fields", ("phrase_ids", "entity_ids")),
+)
 ABLATIONS = {
     "macbert_replacement": Ablation(
         title="MacBERT: the MLM replacement policy (Cui et al., 2020)",
@@ -210,6 +254,167 @@ ABLATIONS = {
         ),
         paper_runs=dict(num_steps=125_000, batch_size=4096),
     ),
+    "ernie_knowledge": Ablation(
+        title="ERNIE 1.0: knowledge masking and the DLM (Sun et al., 2019)",
+        variants=(
+            Variant(
+                "basic",
+                "ernie",
+                (("masking.scheme", "token"),),
+                paper="XNLI, 10% of the data: basic-level (characters); figure not verified",
+            ),
+            Variant(
+                "+phrase",
+                "ernie",
+                (("masking.scheme", "knowledge"), ("masking.knowledge_probs", (0.5, 0.5, 0.0))),
+                paper="basic + phrase-level: above basic; figure not verified",
+            ),
+            Variant(
+                "+entity",
+                "ernie",
+                (("masking.scheme", "knowledge"), ("masking.knowledge_probs", ERNIE_LEVELS)),
+                paper="basic + phrase + entity: the best of the three; figure not verified",
+            ),
+            Variant(
+                "+entity +DLM",
+                "ernie",
+                (
+                    ("masking.scheme", "knowledge"),
+                    ("masking.knowledge_probs", ERNIE_LEVELS),
+                    ("data.dialogue_sources", (DIALOGUE,)),
+                    ("data.mixture", f"text:84.3,{DIALOGUE}:15.7"),
+                ),
+                paper="+ forum dialogue (15.7%) with DLM: above without; figure not verified",
+            ),
+        ),
+        tasks=("ocnli", "msra_ner"),
+        paper_order=(("+entity", "+phrase", "basic"), ("+entity +DLM", "+entity")),
+        note=(
+            "OCNLI and MSRA NER stand in for XNLI (the paper's ablations are on XNLI only, dev and "
+            "test accuracy). The paper adds its levels as training stages (basic, then phrase, "
+            "then entity); here every sequence draws its level (masking.knowledge_probs: basic, "
+            "phrase, entity) and a level's phrases or entities are masked before its plain words; "
+            "'basic' is character masking (scheme token), '+phrase' draws basic or phrase, "
+            "'+entity' all three (the recipe). '+entity +DLM' is configs/ernie.py:dlm's data at "
+            "this scale: the bundled dialogue sample mixed in at 15.7% as DLM instances (role "
+            "ids in the token types, real/fake in the NSP head), as the paper's DLM table mixes "
+            "forum dialogue into encyclopedia and news text; every other row reads the text only. "
+            "Phrases and entities are THUOCL lexicon matches, not the paper's tools. The paper's "
+            "figures (arXiv 1904.09223, its XNLI tables) are not verified here: the rows give the "
+            "comparison and the ordering it reports."
+        ),
+        # ERNIE 1.0 gives no step count that could be checked here: BERT's schedule.
+        paper_runs=dict(num_steps=1_000_000, batch_size=256),
+        micro_tasks=("ocnli",),
+        micro_pretrain=MICRO_SHORT,
+        micro_finetune=MICRO_FEW,
+    ),
+    "spanbert_masking": Ablation(
+        title="SpanBERT Tables 5 and 6: masking schemes and auxiliary objectives "
+        "(Joshi et al., 2020)",
+        variants=(
+            *(
+                Variant(name, "spanbert", SPANBERT_2SEQ + overrides, paper=paper)
+                for name, overrides, paper in (
+                    ("subword tokens", (("masking.scheme", "token"),), "Table 5: BERT's masking"),
+                    ("whole words", (("masking.scheme", "whole_word"),), "Table 5"),
+                    (
+                        "named entities",
+                        (("masking.scheme", "knowledge"), ("masking.knowledge_probs", (0, 0, 1))),
+                        "Table 5",
+                    ),
+                    (
+                        "noun phrases",
+                        (("masking.scheme", "knowledge"), ("masking.knowledge_probs", (0, 1, 0))),
+                        "Table 5",
+                    ),
+                    (
+                        "geometric spans",
+                        (("masking.scheme", "span"),),
+                        "Table 5: best on most tasks; = Table 6 span (2seq) + NSP",
+                    ),
+                )
+            ),
+            Variant(
+                "span, no auxiliary",
+                "spanbert",
+                (("model.span_boundary_head", False),),
+                paper="Table 6: span (1seq), above 2seq + NSP",
+            ),
+            Variant(
+                "span + SBO",
+                "spanbert",
+                (),
+                paper="Table 6: span (1seq) + SBO, the best (SpanBERT)",
+            ),
+        ),
+        tasks=("cmrc2018", "msra_ner"),
+        paper_order=(
+            ("geometric spans", "noun phrases", "named entities", "whole words", "subword tokens"),
+            ("span + SBO", "span, no auxiliary", "geometric spans"),
+        ),
+        note=(
+            "CMRC 2018 stands in for SQuAD 2.0 and the paper's other QA sets, MSRA NER for its "
+            "span tasks (coreference, TACRED). The five masking rows are bi-sequence training with "
+            "NSP and no SBO (data.format segment_pair, model.sentence_head nsp, "
+            "model.span_boundary_head False), so 'geometric spans' is also Table 6's span (2seq) + "
+            "NSP row; they read one dataset carrying ERNIE's phrase and entity ids (data.fields). "
+            "Named entities and noun phrases are the knowledge scheme at its entity or phrase "
+            "level alone (THUOCL entities and multi-word phrases, not the paper's spaCy entities "
+            "and noun phrases): those units first, whole words fill the rest of the 15% (the "
+            "paper: half the budget from entities or phrases, half random whole words). The two "
+            "other rows "
+            "are single segments (doc_sentences) without NSP, with and without the span boundary "
+            "objective. The paper orderings: Table 5 on SQuAD 2.0, Table 6 (SBO > no NSP > "
+            "NSP); figures could not be read here, and that Table 5's rows are 2seq + NSP is "
+            "recalled, not checked."
+        ),
+        paper_runs=dict(num_steps=2_400_000, batch_size=256),
+        micro_tasks=("msra_ner",),
+        micro_pretrain=MICRO_SHORT,
+        micro_finetune=MICRO_FEW,
+    ),
+    "bert_wwm": Ablation(
+        title="Chinese-BERT-wwm and MacBERT: character, whole-word and n-gram masking "
+        "(Cui et al., 2019/2021; 2020)",
+        variants=(
+            Variant(
+                "character",
+                "bert",
+                (("masking.scheme", "token"),),
+                paper="BERT: CMRC dev F1 84.5 (84.0), ChnSentiCorp dev 94.7 (94.3), "
+                "MSRA NER 95.3 (94.9)",
+            ),
+            Variant(
+                "whole word",
+                "bert",
+                (("masking.scheme", "whole_word"),),
+                paper="BERT-wwm: CMRC dev F1 85.6 (84.7), ChnSentiCorp dev 95.1 (94.5), "
+                "MSRA NER 95.4 (95.1)",
+            ),
+            Variant(
+                "n-gram",
+                "bert",
+                (("masking.scheme", "ngram"),),
+                paper="MacBERT ablation: n-gram masking above whole words; figure not verified",
+            ),
+        ),
+        tasks=("cmrc2018", "chnsenticorp", "msra_ner"),
+        paper_order=("n-gram", "whole word", "character"),
+        note=(
+            "BERT's recipe (segment pairs with NSP, 80/10/10) with only the selection changed: "
+            "characters, jieba words (the paper segments with LTP), or MacBERT's n-grams of 1-4 "
+            "whole words (40/30/20/10%). Paper figures: max (mean) of 10 runs, BERT and BERT-wwm "
+            "base from github.com/ymcui/Chinese-BERT-wwm's README (its CMRC 2018, ChnSentiCorp and "
+            "NER tables; BERT-wwm continues Google's BERT for 200k steps). The n-gram row stands "
+            "for MacBERT's ablation, where removing n-gram masking costs accuracy (MacBERT keeps "
+            "whole words and adds its correction); its figures could not be read here."
+        ),
+        paper_runs=dict(num_steps=100_000, batch_size=2560),
+        micro_tasks=("chnsenticorp",),
+        micro_pretrain=MICRO_SHORT,
+        micro_finetune=MICRO_FEW,
+    ),
 }
 
 
@@ -223,14 +428,34 @@ def pretrain_config(variant: Variant, scale: Scale | None):
         config.model.embed_dim = 32  # see the albert_sharing note
     config.train.update(scale.pretrain)
     config.optim.warmup_steps = defaults.local_warmup(config.train.num_steps)
-    if scale.corpora:
+    if scale.corpora or config.data.dialogue_sources:
         from zhlm.data import annotate, cache
 
         bundled = os.path.abspath(annotate.resource(cache.BUNDLED_CORPUS))
-        config.data.input = (f"peoples_daily={bundled}",) + tuple(
-            f"{name}={path}" for name, path in scale.corpora
-        )
+        texts = (("peoples_daily", bundled), *scale.corpora)
+        config.data.input = tuple(f"{name}={path}" for name, path in texts)
+        if config.data.dialogue_sources:
+            _dialogue_data(config, texts)
     return config
+
+
+DIALOGUE_SAMPLE = "dialogue_sample.jsonl"  # in zhlm/resources, as configs/ernie.py:dlm reads
+
+
+def _dialogue_data(config, texts) -> None:
+    """configs/ernie.py:dlm's data part at a scale's sources: the bundled dialogue sample added
+    as a dialogue source, which keeps its mixture weight (15.7%), and the text sources share the
+    rest by size (file bytes, what an empty mixture would give them by examples)."""
+    from zhlm.data import annotate
+
+    weights = dict(item.split(":") for item in config.data.mixture.split(","))
+    dialogue = float(weights[DIALOGUE])
+    sizes = {name: os.path.getsize(path) for name, path in texts}
+    total = sum(sizes.values())
+    mixture = [f"{name}:{(100 - dialogue) * size / total:.1f}" for name, size in sizes.items()]
+    config.data.mixture = ",".join([*mixture, f"{DIALOGUE}:{dialogue:g}"])
+    sample = os.path.abspath(annotate.resource(DIALOGUE_SAMPLE))
+    config.data.input = (*config.data.input, f"{DIALOGUE}={sample}")
 
 
 # The task configs name no data: the shared files each task reads here (relative to DATA; an
@@ -239,6 +464,7 @@ TASK_FILES = {
     "chnsenticorp": ("chnsenticorp/train.tsv", "chnsenticorp/dev.tsv"),
     "ocnli": ("ocnli/train.10k.json", "ocnli/dev.json"),
     "cmrc2018": ("cmrc2018/cmrc2018_dev.json", ""),
+    "msra_ner": ("msra_ner/train.txt", "msra_ner/dev.txt"),  # msra_ner/SOURCE.md
 }
 
 
@@ -250,13 +476,15 @@ def task_files(task: str, root: str = DATA) -> dict:
     )
 
 
-def finetune_config(task: str, scale_name: str):
+def finetune_config(task: str, scale_name: str, ablation: Ablation | None = None):
     scale = SCALES[scale_name]
     config = config_files.load(f"finetune/{task}", scale.size)
     config.task.update(task_files(task), **scale.tasks[task])
     config.train.update(scale.finetune)
-    if task == "cmrc2018" and scale_name == "mini":
-        config.train.update(MINI_CMRC)
+    if scale_name == "mini":
+        config.train.update(MINI_TRAIN.get(task, {}))
+    if scale_name == "micro" and ablation is not None:
+        config.train.update(ablation.micro_finetune)
     config.optim.peak_lr = scale.lr
     return config
 
@@ -269,7 +497,7 @@ def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: 
     from zhlm.train import metrics
     from zhlm.train.loop import train_and_evaluate
 
-    scale = SCALES[scale_name]
+    scale = table_scale(ablation, scale_name)
     folder = os.path.join(workdir, _folder(variant))
     pre = os.path.join(folder, "pretrain")
     config = pretrain_config(variant, scale)
@@ -280,14 +508,14 @@ def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: 
             train_and_evaluate(config, pre)
     evals = metrics.read(pre, "eval")
     out = {"pretrain": evals[-1] if evals else {}, "params": _count(config)}
-    for task in ablation.tasks:
+    for task in scale_tasks(ablation, scale_name):
         done = os.path.join(folder, task, layout.RESULTS)
         if os.path.isfile(done):
             with open(done, encoding="utf-8") as f:
                 out[task] = json.load(f)
         else:
             with timing(task):
-                ft_config = finetune_config(task, scale_name)
+                ft_config = finetune_config(task, scale_name, ablation)
                 out[task] = finetune(ft_config, pre, os.path.join(folder, task))
     out["minutes"] = timing.total()
     return out
@@ -342,7 +570,12 @@ def _cell(results: dict) -> str:
     return f"{np.mean(values):.1f} ± {np.std(values):.1f} (max {np.max(values):.1f})"
 
 
-TASK_TITLES = {"cmrc2018": "CMRC 2018 F1", "ocnli": "OCNLI acc", "chnsenticorp": "ChnSentiCorp acc"}
+TASK_TITLES = {
+    "cmrc2018": "CMRC 2018 F1",
+    "ocnli": "OCNLI acc",
+    "chnsenticorp": "ChnSentiCorp acc",
+    "msra_ner": "MSRA NER F1",  # entity F1, conlleval (results.json metric "f1")
+}
 
 
 def table(name: str, scale_name: str, workdir: str) -> str:
@@ -351,19 +584,21 @@ def table(name: str, scale_name: str, workdir: str) -> str:
     _compilation_cache(workdir)
     workdir = os.path.join(workdir, name)
     rows = {v.name: run_variant(v, ablation, scale_name, workdir) for v in ablation.variants}
-    scale = SCALES[scale_name]
+    scale = table_scale(ablation, scale_name)
+    tasks = scale_tasks(ablation, scale_name)
     first = rows[ablation.variants[0].name]
-    seeds = len(first[ablation.tasks[0]]["seeds"])
+    seeds = len(first[tasks[0]]["seeds"])
     lines = [
         f"### {ablation.title}, {scale_name} scale",
         "",
         f"{scale.size} model; pretraining {_pretrain_words(ablation, scale)}; fine-tuning "
-        f"{seeds} seeds, mean ± std over seeds (and the max) on the held-out split of each task.",
+        f"{seeds} seed{'s' if seeds > 1 else ''}, mean ± std over seeds (and the max) on the "
+        "held-out split of each task.",
         "",
         "| variant | paper | parameters | held-out MLM acc | "
-        + " | ".join(TASK_TITLES[t] for t in ablation.tasks)
+        + " | ".join(TASK_TITLES[t] for t in tasks)
         + " | minutes |",
-        "|---" * (5 + len(ablation.tasks)) + "|",
+        "|---" * (5 + len(tasks)) + "|",
     ]
     for variant in ablation.variants:
         r = rows[variant.name]
@@ -372,7 +607,7 @@ def table(name: str, scale_name: str, workdir: str) -> str:
             f"| {variant.name} | {variant.paper or '-'} | {r['params'] / 1e6:.2f}M | "
             + (f"{100 * mlm:.1f}%" if mlm is not None else "-")
             + " | "
-            + " | ".join(_cell(r[t]) for t in ablation.tasks)
+            + " | ".join(_cell(r[t]) for t in tasks)
             + f" | {r['minutes']:.1f} |"
         )
     lines += [
@@ -381,12 +616,12 @@ def table(name: str, scale_name: str, workdir: str) -> str:
         "Held-out MLM accuracy is measured under each variant's own masking and input format "
         "(MacBERT's similar words keep a hint of the original), so it does not rank the rows.",
     ]
-    for task in ablation.tasks:
+    for task in tasks:
         majority = first[task].get("majority_rate")
         if majority is not None:
             lines.append(f"{TASK_TITLES[task]}: the majority class is {majority:.1f}%.")
     if ablation.paper_order:
-        lines.append(_ordering(ablation, rows))
+        lines.append(_ordering(ablation, rows, tasks))
     if scale_name == "micro":
         lines.append("Micro scale checks the pipeline only; its numbers carry no ordering.")
     return "\n".join(lines)
@@ -401,22 +636,27 @@ def _pretrain_words(ablation: Ablation, scale: Scale) -> str:
     )
 
 
-def _ordering(ablation: Ablation, rows: dict) -> str:
+def _ordering(ablation: Ablation, rows: dict, tasks: tuple) -> str:
+    nested = ablation.paper_order and isinstance(ablation.paper_order[0], tuple)
+    chains = ablation.paper_order if nested else (ablation.paper_order,)
+    return " ".join(_chain_ordering(chain, rows, tasks) for chain in chains)
+
+
+def _chain_ordering(chain: tuple, rows: dict, tasks: tuple) -> str:
     parts = []
-    for task in ablation.tasks:
+    for task in tasks:
         means = {
-            v: np.mean([s[rows[v][task]["metric"]] for s in rows[v][task]["seeds"]])
-            for v in ablation.paper_order
+            v: np.mean([s[rows[v][task]["metric"]] for s in rows[v][task]["seeds"]]) for v in chain
         }
-        ours = sorted(ablation.paper_order, key=lambda v: -means[v])
+        ours = sorted(chain, key=lambda v: -means[v])
         ranked = [
             f" {'=' if np.isclose(means[a], means[b]) else '>'} {b}"
             for a, b in zip(ours, ours[1:], strict=False)
         ]
-        strict = [means[a] > means[b] for a, b in itertools.pairwise(ablation.paper_order)]
+        strict = [means[a] > means[b] for a, b in itertools.pairwise(chain)]
         verdict = "reproduces" if all(strict) else "does not reproduce"
         parts.append(f"{TASK_TITLES[task]}: ours {ours[0]}{''.join(ranked)} ({verdict} it)")
-    order = " > ".join(ablation.paper_order)
+    order = " > ".join(chain)
     return f"The paper's ordering is {order}. Ordering by mean: " + "; ".join(parts) + "."
 
 
@@ -435,22 +675,29 @@ def paper_commands(name: str) -> str:
     prepared = set()
     for variant in ablation.variants:
         folder = _folder(variant)
-        flags = " ".join(f"--config.{k}={v}" for k, v in variant.overrides)
-        data_flags = " ".join(
-            f"--config.{k}={v}" for k, v in variant.overrides if k.startswith("data.")
-        )
+        flags = " ".join(_flag(k, v) for k, v in variant.overrides)
+        data_flags = " ".join(_flag(k, v) for k, v in variant.overrides if k.startswith("data."))
         config = pretrain_config(variant, None)
         data = f"gs://BUCKET/data/{variant.recipe}-{config.data.format}"
+        if config.data.fields:
+            data += "-" + "-".join(f.removesuffix("_ids") for f in config.data.fields)
+        inputs = "--input='gs://BUCKET/corpus/*.txt'"
+        if config.data.dialogue_sources:
+            data += "-dlm"
+            inputs = "--input='text=gs://BUCKET/corpus/*.txt' " + " ".join(
+                f"--input='{name}=gs://BUCKET/{name}/*.jsonl'"
+                for name in config.data.dialogue_sources
+            )
         if data not in prepared:
             prepared.add(data)
             lines.append(
                 f"zhlm-prepare --config=configs/{variant.recipe}.py:base {data_flags} "
-                f"--input='gs://BUCKET/corpus/*.txt' --data_dir={data}".replace("  ", " ")
+                f"{inputs} --data_dir={data}".replace("  ", " ")
             )
         work = f"gs://BUCKET/{name}/{folder}"
         lines.append(
             f"zhlm-pretrain --config=configs/{variant.recipe}.py:base --workdir={work} "
-            f"--config.data.data_dir={data} {train} {flags}"
+            f"--config.data.data_dir={data} {train} {flags}".rstrip()
         )
         for task in ablation.tasks:
             files = task_files(task, "$DATA")  # fine-tuning reads local files
@@ -469,6 +716,13 @@ def paper_commands(name: str) -> str:
         "mean). " + ablation.note,
     ]
     return "\n".join(lines)
+
+
+def _flag(key: str, value) -> str:
+    """``--config.KEY=VALUE`` as a shell takes it: tuples quoted as Python literals."""
+    if isinstance(value, tuple):
+        return f'--config.{key}="{value!r}"'
+    return f"--config.{key}={value}"
 
 
 # ALBERT Tables 3 and 4 (ALBERT-base, 30k vocabulary): (sharing, E) -> published parameters.

@@ -3,6 +3,8 @@
   python tools/bench.py masking [--batch 32] [--seq 128 512] [--model-size base]
   python tools/bench.py prepare [--mb 0] [--recipe bert] [--processes 1 2] [--rounds 2]
   python tools/bench.py train [--cases tiny-fp32 base-fp32 base-bf16]   (tools/bench_train.py)
+  python tools/bench.py loader [--recipe macbert] [--seq 128] [--read-ahead 0 4]
+  python tools/bench.py tpu [--generations v5litepod v6e] [--runs 0 2] [--no-parts] [--quick]
 
 Each subcommand is one function registered in ``COMMANDS``; add new ones the same way.
 
@@ -13,11 +15,24 @@ with BERT's schedule), timed on the same machine and batch once with fresh masks
 once with masks drawn once before (``make_trainer``'s ``mask_fn``). The batch is
 ``zhlm.data.synthetic.synthetic_batch``, with Chinese word lengths: masking's cost depends on
 shapes, not on which tokens are there.
+
+``loader``: records/s of one process reading ``zhlm.data.loader.Loader`` batches (a whole
+host's rows of each global batch) from a dataset prepared here with zhlm-prepare's code,
+synchronously and with read-ahead threads, in the same run.
+
+``tpu``: the papers' runs planned on Cloud TPU slices (``tools/tpu_plan.py``: the step
+compiled by libtpu here, no TPU) against the loader rate measured in the same run, and what
+each part of the BERT-base step costs on one generation (each part switched off or compiled
+alone). Compiles take minutes; plans are cached in ``--workdir``.
 """
 
 import argparse
+import os
 import sys
 import time
+
+if sys.argv[1:2] == ["tpu"]:  # compiles for a TPU it does not have: this host only traces
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import bench_common  # tools/ is the script's directory
 import bench_train
@@ -180,11 +195,99 @@ def add_prepare_parser(sub):
     p.add_argument("--rounds", type=int, default=2, help="alternating runs; fastest kept")
 
 
+def loader_bench(args):
+    """``loader``: one process's records/s, synchronous and with each read-ahead depth."""
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="zhlm-loader-")
+    try:
+        print("| recipe | seq | batch | read-ahead | records/s | vs synchronous |")
+        print("|---|---|---|---|---|---|")
+        base = None
+        for depth in args.read_ahead:
+            r = bench_common.loader_rate(
+                args.recipe, args.seq, args.batch, args.input, args.seconds, tmp, depth
+            )
+            base = base or r["records_per_second"]
+            print(
+                f"| {args.recipe} | {args.seq} | {args.batch} | {depth or 'off'} | "
+                f"{r['records_per_second']:,.0f} | {r['records_per_second'] / base:.2f}x |",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n{r['records']} records of fields {', '.join(r['fields'])}; {os.cpu_count()} CPUs")
+
+
+def add_loader_parser(sub):
+    p = sub.add_parser("loader", help="records/s of one loader process (the host's feed)")
+    p.add_argument("--recipe", default="macbert", help="configs/<recipe>.py (its fields)")
+    p.add_argument("--seq", type=int, default=128, help="sequence length")
+    p.add_argument("--batch", type=int, default=256, help="global batch (one process: all rows)")
+    p.add_argument("--input", nargs="*", default=[], help="text files (default: bundled sample)")
+    p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per setting")
+    p.add_argument(
+        "--read-ahead", type=int, nargs="+", default=[0, 4], help="batches read ahead (0: off)"
+    )
+
+
+def tpu_bench(args):
+    """``tpu``: the plan table against the loader rate of this run, then the parts table."""
+    import tpu_plan
+
+    rate = args.loader_records_per_second
+    if rate is None and not args.quick:
+        rate = bench_common.loader_rate(read_ahead=args.read_ahead)["records_per_second"]
+    runs = tpu_plan.QUICK_RUNS if args.quick else [tpu_plan.RUNS[i] for i in args.runs]
+    cached = "stale" if args.stale else args.cached_only
+    gens = args.generations or (("v5litepod",) if args.quick else tuple(tpu_plan.GENERATIONS))
+    text = tpu_plan.table(runs, gens, args.workdir, rate, args.find_batch, cached_only=cached)
+    print(text, flush=True)
+    if not args.no_parts and not args.quick:
+        extra = ("rbg",) if args.rbg else ()
+        parts = tpu_plan.parts_table(
+            args.parts_generation,
+            args.parts_chips,
+            extra=extra,
+            workdir=args.workdir,
+            cached_only=bool(cached),
+        )
+        print("\n" + parts)
+
+
+def add_tpu_parser(sub):
+    import tpu_plan
+
+    p = sub.add_parser("tpu", help="the papers' runs planned on Cloud TPU; cost of each part")
+    p.add_argument("--workdir", default=tpu_plan.DEFAULT_WORKDIR, help="cache of compiled plans")
+    p.add_argument(
+        "--runs",
+        type=int,
+        nargs="+",
+        default=list(range(len(tpu_plan.RUNS))),
+        help="indices into tools/tpu_plan.py RUNS",
+    )
+    p.add_argument("--generations", nargs="+", choices=list(tpu_plan.GENERATIONS))
+    p.add_argument("--loader_records_per_second", type=float, help="default: measured here")
+    p.add_argument("--read-ahead", type=int, default=0, help="loader read-ahead when measuring")
+    p.add_argument("--find_batch", action="store_true", help="plan.find_batch (many compiles)")
+    p.add_argument("--quick", action="store_true", help="a tiny row on v5e only (tests)")
+    p.add_argument("--cached_only", action="store_true", help="plans in --workdir only")
+    p.add_argument("--stale", action="store_true", help="cached, older step code's too")
+    p.add_argument("--no-parts", action="store_true", help="skip the per-part cost table")
+    p.add_argument("--parts-generation", default="v5litepod", help="generation of the parts")
+    p.add_argument("--parts-chips", type=int, default=8, help="chips of the parts' slice")
+    p.add_argument("--rbg", action="store_true", help="parts: also dropout_rng=rbg")
+
+
 COMMANDS = {
     "masking": masking_bench,
     "prepare": prepare_bench,
     "train": bench_train.run,
     "train-worker": bench_train.worker,
+    "loader": loader_bench,
+    "tpu": tpu_bench,
 }
 
 
@@ -203,6 +306,8 @@ def main(argv=None):
     m.add_argument("--no-step", action="store_true", help="only the masking table")
     add_prepare_parser(sub)
     bench_train.add_parsers(sub)
+    add_loader_parser(sub)
+    add_tpu_parser(sub)
     args = parser.parse_args(argv)
     COMMANDS[args.command](args)
 

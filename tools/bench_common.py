@@ -1,10 +1,12 @@
-"""What ``tools/bench.py`` and ``tools/bench_train.py`` both use: the benchmark config, a median
-timer and the timing of a real train step.
+"""What ``tools/bench.py``, ``tools/bench_train.py`` and ``tools/reproduce_tables.py`` share: the
+benchmark config, a median timer, the timing of a real train step and the loader's rate.
 
 Why a module of its own: bench.py is the one command line and imports bench_train for the
-``train`` subcommand, so the pieces both need live here instead of one importing the other.
+``train`` subcommand, and the ``tpu_plan`` table needs the loader's rate measured in its own
+run, so the pieces they share live here instead of one importing the other.
 """
 
+import os
 import time
 
 import jax
@@ -51,3 +53,59 @@ def step_seconds(trainer, batch, reps, warmup=2):
         jax.block_until_ready(metrics)
 
     return median_seconds(run, reps, warmup)
+
+
+def loader_rate(
+    recipe="macbert", seq=128, batch=256, inputs=(), seconds=5.0, data_dir=None, read_ahead=0
+):
+    """Records/s of one process reading ``zhlm.data.loader.Loader`` batches (all rows of each
+    global batch: one host) from a dataset zhlm-prepare's code builds here for ``recipe`` at
+    ``seq`` tokens, from ``inputs`` (paths or globs; default the People's Daily sample bundled
+    in zhlm). Timed for about ``seconds`` after one warm-up pass over the records, so the
+    files are in the page cache as they would be after the first minutes of a run.
+    ``read_ahead``: batches the loader reads ahead in threads (0: synchronous)."""
+    import shutil
+    import tempfile
+
+    from zhlm import config_files
+    from zhlm.data import builder
+    from zhlm.data import loader as loader_lib
+
+    config = config_files.load(recipe, "tiny")
+    config.data.max_seq_length = seq
+    if not inputs:
+        import zhlm
+
+        here = os.path.dirname(os.path.abspath(zhlm.__file__))
+        inputs = (os.path.join(here, "resources", "peoples_daily_199801_sample.txt"),)
+    tmp = data_dir or tempfile.mkdtemp(prefix="zhlm-loader-")
+    try:
+        path = loader_lib.dataset_dir(tmp, config)
+        if not os.path.exists(path):
+            builder.prepare(config.data, config.recipe, list(inputs), tmp, progress=False)
+        loader = loader_lib.Loader(
+            path, "", batch, seed=0, process_index=0, process_count=1, read_ahead=read_ahead
+        )
+        records = sum(loader.sizes.values())
+        for _ in range(max(1, records // batch)):  # warm-up: every record read once
+            next(loader)
+        n, t = 0, time.perf_counter()
+        while time.perf_counter() - t < seconds:
+            next(loader)
+            n += 1
+        elapsed = time.perf_counter() - t
+        loader.close()
+    finally:
+        if data_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dict(
+        records_per_second=n * batch / elapsed,
+        batches=n,
+        batch=batch,
+        records=records,
+        fields=list(loader.fields),
+        recipe=recipe,
+        seq=seq,
+        read_ahead=read_ahead,
+        path=path if data_dir else None,  # kept only when the caller gave the folder
+    )

@@ -5,11 +5,16 @@
   python tools/reproduce_tables.py macbert_replacement --scale mini --workdir /tmp/tables
   python tools/reproduce_tables.py roberta_inputs --scale paper        # prints the TPU commands
   python tools/reproduce_tables.py albert_sharing --scale micro
+  python tools/reproduce_tables.py tpu_plan [--workdir /tmp/zhlm_tpu_plan] [--quick]
 
 Each table is one function in ``TABLES``; the paper's figure stands beside ours. The three
 ablations pretrain and fine-tune (``tools/ablations.py``: what each scale runs); their runs are
 kept in ``--workdir`` and reused, so an interrupted ``mini`` table continues where it stopped.
-The table is printed and written to ``WORKDIR/TABLE-SCALE.md``.
+The table is printed and written to ``WORKDIR/TABLE-SCALE.md``. ``tpu_plan`` compiles the
+papers' runs for Cloud TPU slices here (``tools/tpu_plan.py``, libtpu's compiler, no TPU) and
+keeps each compiled plan in ``--workdir`` (default ``/tmp/zhlm_tpu_plan``), so a rerun is
+instant; ``--loader_records_per_second`` gives it the loader's rate, else it measures it
+(``tools/bench.py loader``).
 """
 
 import argparse
@@ -23,6 +28,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import ablations  # noqa: E402
+import tpu_plan  # noqa: E402
 
 from zhlm import config_files  # noqa: E402
 from zhlm.models import build_model, count_params  # noqa: E402
@@ -183,10 +189,23 @@ def ablation_table(name):
     return run
 
 
+def tpu_plan_run(args):
+    """``tpu_plan``: the loader's rate measured in this run unless given, then the table."""
+    import bench_common
+
+    rate = args.loader_records_per_second
+    if rate is None and not args.quick:
+        rate = bench_common.loader_rate()["records_per_second"]
+    workdir = args.workdir if args.workdir_given else tpu_plan.DEFAULT_WORKDIR
+    cached = "stale" if args.stale else args.cached_only
+    return tpu_plan.tpu_plan_table(args.scale, workdir, args.quick, rate, args.find_batch, cached)
+
+
 TABLES = {
     "params": lambda scale, workdir: params_table(scale),
     "masking": lambda scale, workdir: masking_table(scale),
     **{name: ablation_table(name) for name in ablations.ABLATIONS},
+    "tpu_plan": None,  # takes the parsed arguments: tpu_plan_run
 }
 
 
@@ -196,13 +215,36 @@ def main(argv=None):
     )
     parser.add_argument("table", choices=sorted(TABLES))
     parser.add_argument("--scale", choices=("micro", "mini", "paper"), default="micro")
+    default_workdir = os.path.join(os.path.expanduser("~"), ".cache", "zhlm", "tables")
     parser.add_argument(
         "--workdir",
-        default=os.path.join(os.path.expanduser("~"), ".cache", "zhlm", "tables"),
-        help="where the ablations' runs are kept and reused (default: ~/.cache/zhlm/tables)",
+        default=None,
+        help="where the ablations' runs are kept and reused (default: ~/.cache/zhlm/tables; "
+        f"tpu_plan: {tpu_plan.DEFAULT_WORKDIR})",
+    )
+    parser.add_argument("--quick", action="store_true", help="tpu_plan: the tiny test row only")
+    parser.add_argument(
+        "--find_batch", action="store_true", help="tpu_plan: plan.find_batch (many compiles)"
+    )
+    parser.add_argument(
+        "--cached_only", action="store_true", help="tpu_plan: compile nothing, cached plans only"
+    )
+    parser.add_argument(
+        "--stale", action="store_true", help="tpu_plan: with older step code's plans, marked"
+    )
+    parser.add_argument(
+        "--loader_records_per_second",
+        type=float,
+        default=None,
+        help="tpu_plan: one loader process's records/s (default: measured in this run)",
     )
     args = parser.parse_args(argv)
-    text = TABLES[args.table](args.scale, os.path.join(args.workdir, args.scale))
+    args.workdir_given = args.workdir is not None
+    args.workdir = args.workdir or default_workdir
+    if args.table == "tpu_plan":
+        text = tpu_plan_run(args)
+    else:
+        text = TABLES[args.table](args.scale, os.path.join(args.workdir, args.scale))
     os.makedirs(args.workdir, exist_ok=True)
     with open(os.path.join(args.workdir, f"{args.table}-{args.scale}.md"), "w") as f:
         f.write(text + "\n")

@@ -18,7 +18,8 @@ def _model():
             num_heads=0,  # attention heads A (0: from size)
             mlp_dim=0,  # feed-forward width (0: 4H)
             embed_dim=0,  # ALBERT factorised embedding E with an E->H projection (0: none, width H)
-            vocab_size=21128,  # rows of the word embedding (the Google Chinese vocab has 21,128)
+            vocab_size=21128,  # tokens of the vocabulary (the Google Chinese vocab has 21,128)
+            vocab_multiple=128,  # embedding rows padded to a multiple of this (TPU MXU tiles)
             max_position_embeddings=512,  # rows of the absolute position table
             type_vocab_size=2,  # segment (token type) ids
             hidden_act="gelu",  # gelu (exact erf), gelu_new (tanh approximation) or relu
@@ -36,6 +37,7 @@ def _model():
             dtype="float32",  # compute dtype: float32 or bfloat16 (params stay param_dtype)
             param_dtype="float32",  # master weights
             remat="none",  # rematerialise each layer: none, full, or dots (save matmul outputs)
+            dropout_rng="threefry",  # dropout bits: threefry (same on any mesh) or rbg (fast)
             # Hugging Face family of an export: bert, ernie or albert (empty: albert for a
             # factorised embedding, else bert). Imports set it from the folder's model_type.
             export_family="",
@@ -273,6 +275,8 @@ def config_from_dict(values: dict) -> ml_collections.ConfigDict:
     instead of silently losing a setting); JSON lists become tuples where the base has a tuple.
     """
     config = get_finetune_config() if "task" in values else get_base_config()
+    if "vocab_size" in values.get("model", {}) and "vocab_multiple" not in values["model"]:
+        config.model.vocab_multiple = 1  # saved before padding existed: its tables have V rows
 
     def merge(node, new, prefix):
         for key, value in new.items():

@@ -3,13 +3,15 @@
   zhlm-compile --config=configs/bert.py:base --topology=v5litepod-16 \
       --config.train.batch_size=512 --config.model.dtype=bfloat16
   zhlm-compile --config=configs/bert.py:large --topology=v4-32 --num_slices=2 --find_batch
-  zhlm-compile ... --json=plan.json
+  zhlm-compile ... --json=plan.json --loader_records_per_second=25000
 
 Needs libtpu (``pip install -e '.[tpu]'``), not a TPU. Per chip it prints HBM for the state,
 the batch and the temporaries against the chip's HBM and whether that fits; FLOPs per step
 against zhlm's MFU formula; a roofline step time with the sequences/s, tokens/s and MFU it
-implies; the collectives by kind with their bytes per step. Exit status 1 when it does not
-fit. Kept thin: :func:`zhlm.train.plan.compile_plan` does the work.
+implies; the sequences/s each host must feed (against a loader rate you measured with
+``python tools/bench.py loader``, if given); the collectives by kind with their bytes per
+step. Exit status 1 when it does not fit. Kept thin: :func:`zhlm.train.plan.compile_plan`
+does the work.
 """
 
 import json
@@ -28,6 +30,12 @@ _TOPOLOGY = flags.DEFINE_string("topology", None, "Cloud TPU accelerator type, e
 _SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over DCN (multi-slice).")
 _FIND = flags.DEFINE_bool("find_batch", False, "Find the largest per-chip batch that fits.")
 _JSON = flags.DEFINE_string("json", None, "Write the whole plan to this JSON file.")
+_LOADER = flags.DEFINE_float(
+    "loader_records_per_second",
+    None,
+    "Records/s of one loader process (python tools/bench.py loader): says whether one "
+    "process per host keeps up.",
+)
 flags.mark_flags_as_required(["config", "topology"])
 
 
@@ -68,6 +76,24 @@ def _speed_lines(p):
     ]
 
 
+def _host_lines(p):
+    h = p["host"]
+    lines = [
+        f"host: {h['hosts']} host(s) of {h['chips_per_host']} chip(s); each must feed "
+        f"{h['sequences_per_second_per_host']:,.0f} sequences/s at the roofline rate "
+        f"({h['full_host_sequences_per_second']:,.0f} for a full host of "
+        f"{h['full_host_chips']} chips)"
+    ]
+    rate = h["loader_records_per_second"]
+    if rate is not None:
+        verdict = "suffices" if h["one_process_suffices"] else "does NOT suffice"
+        full = "suffices" if h["full_host_one_process_suffices"] else "does not"
+        lines.append(
+            f"  one loader process at {rate:,.0f} records/s {verdict} (for a full host: {full})"
+        )
+    return lines
+
+
 def _collective_lines(p):
     lines = ["collectives per step (per chip; bytes of each full buffer x executions):"]
     for kind, c in p["collectives"].items():
@@ -90,7 +116,8 @@ def format_plan(p) -> str:
         f" in {p['micro_batches']} micro-batch(es), {p['dtype']}, remat {p['remat']}; "
         f"compiled in {p['compile_seconds']:.0f} s"
     )
-    return "\n".join([head, *_memory_lines(p), *_speed_lines(p), *_collective_lines(p)])
+    body = [*_memory_lines(p), *_speed_lines(p), *_host_lines(p), *_collective_lines(p)]
+    return "\n".join([head, *body])
 
 
 def _write_json(path, value):
@@ -105,10 +132,13 @@ def main(argv):
     from zhlm.train import plan
 
     config, topology, slices = _CONFIG.value, _TOPOLOGY.value, _SLICES.value
+    rate = _LOADER.value
     try:
         if _FIND.value:
-            found = plan.find_batch(config, topology, slices)
-            print(f"largest per-chip micro-batch that fits: {found['per_chip']}")
+            found = plan.find_batch(config, topology, slices, loader_records_per_second=rate)
+            capped = found["per_chip"] == found["limit"]  # larger is more than the batch has
+            whole = " (the batch's whole share per chip)" if capped else ""
+            print(f"largest per-chip micro-batch that fits: {found['per_chip']}{whole}")
             if found["plan"] is None:
                 sys.exit(f"zhlm-compile: batch {config.train.batch_size} cannot be reached")
             print(
@@ -117,7 +147,7 @@ def main(argv):
             )
             result = found["plan"]
         else:
-            result = plan.compile_plan(config, topology, slices)
+            result = plan.compile_plan(config, topology, slices, rate)
     except (ValueError, RuntimeError) as e:  # DoesNotFit is a ValueError
         sys.exit(f"zhlm-compile: {e}")
     print(format_plan(result))

@@ -10,6 +10,8 @@ the folder lacks) or listed as not carried over; a missing encoder tensor or a s
 is an error naming each one.
 """
 
+import dataclasses
+
 import flax.linen as nn
 import flax.traverse_util as traverse
 import jax
@@ -27,7 +29,7 @@ from zhlm.convert.layout import (
     task_head_rows,
     to_zhlm,
 )
-from zhlm.models import build_model, init_variables
+from zhlm.models import build_model, fit_vocab, init_variables
 
 HF_ACTIVATIONS = {
     "gelu": "gelu",
@@ -128,6 +130,7 @@ def read_hf(path, config=None, seed=0):
     tensors = _normalise(source.tensors, family)
     fresh = nn.unbox(init_variables(model, jax.random.key(seed)))["params"]
     flat = {k: np.array(v) for k, v in traverse.flatten_dict(fresh, sep="/").items()}
+    flat = fit_vocab(flat, dataclasses.replace(cfg, vocab_multiple=1))  # HF's rows, no padding
     errors, missing = [], {}
 
     def take(hf, kind, shape, head):
@@ -164,6 +167,7 @@ def read_hf(path, config=None, seed=0):
         ignored=source.ignored,
         notes=source.notes,
     )
+    flat = fit_vocab(flat, cfg)  # the padding rows back, as zeros
     params = traverse.unflatten_dict({tuple(k.split("/")): v for k, v in flat.items()})
     variables = {"params": jax.tree_util.tree_map(jax.numpy.asarray, params)}
     return model, variables, config, report

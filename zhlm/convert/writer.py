@@ -5,6 +5,7 @@ Writes ``config.json`` and ``model.safetensors`` through the same name tables th
 silently.
 """
 
+import dataclasses
 import json
 import os
 
@@ -14,7 +15,7 @@ import numpy as np
 import safetensors.numpy
 
 from zhlm.convert.layout import FAMILIES, ConversionError, Report, task_head_rows, to_hf_layout
-from zhlm.models import Model
+from zhlm.models import Model, fit_vocab
 
 
 def _export_family(model: Model, config):
@@ -100,6 +101,7 @@ def to_hf(model: Model, variables, config, path):
     family = _export_family(model, config)
     cfg = model.config
     flat = traverse.flatten_dict(nn.unbox(variables)["params"], sep="/")
+    flat = fit_vocab(flat, dataclasses.replace(cfg, vocab_multiple=1))  # HF: no padding rows
     rows = [row for row, _ in family.top(cfg.sentence_head)]
     if "task" in config:  # the encoder (and pooler, where the task model has one) and its head
         rows = [r for r in rows if r[1] in flat and not r[1].startswith(("mlm/", "sentence"))]

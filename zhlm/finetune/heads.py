@@ -28,7 +28,7 @@ from zhlm.models.layers import dense
 # The parts of a pretrained tree a task model reuses.
 ENCODER_PARTS = ("embeddings", "encoder", "pooler")
 # Model keys that describe how to run, not what was trained: the fine-tuning config keeps its own.
-RUNTIME_KEYS = ("dtype", "param_dtype", "remat")
+RUNTIME_KEYS = ("dtype", "param_dtype", "remat", "dropout_rng")
 
 
 class SequenceClassifier(Model):
@@ -92,7 +92,7 @@ def init_params(model: nn.Module, rng, seq_len: int):
 
 def adopt_model(config: ml_collections.ConfigDict, pretrained_model) -> None:
     """Sets ``config.model`` to the pretrained model's architecture, keeping the fine-tuning
-    config's :data:`RUNTIME_KEYS` (compute dtype, rematerialisation)."""
+    config's :data:`RUNTIME_KEYS` (compute dtype, rematerialisation, dropout's PRNG)."""
     for key, value in pretrained_model.items():
         if key not in RUNTIME_KEYS:
             config.model[key] = value

@@ -17,7 +17,13 @@ parameters: a parameter checkpoint that :func:`load_finetuned`, ``--init`` and
 ``zhlm-convert --to=hf`` read), and the best run's dev predictions: for MRC
 ``predictions_dev.json`` (``{qid: answer}``) with ``eval_set.json``, the evaluated questions in
 SQuAD layout, so that ``zhlm-cmrc-eval workdir/eval_set.json workdir/predictions_dev.json``
-reproduces the F1; for NER ``predictions_dev.jsonl`` (entity spans with their text).
+reproduces the F1; for NER ``predictions_dev.jsonl`` (entity spans with their text) and the
+best run's scores by entity type in ``results.json``.
+
+Before training, two diagnostics are printed and kept in ``results.json`` (``_diagnose``): the
+loss of predicting the label prior, where a run that uses nothing of its input stays, and, for a
+pretrained init, how much of its encoder output's variance lies along one direction: near all
+of it means the init's token representations have collapsed (a warning says so).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import optax
 from zhlm import defaults, paths
 from zhlm import workdir as layout
 from zhlm.finetune import heads, ner, ner_features, ner_metric, tasks
+from zhlm.models import dropout_rngs
 from zhlm.train import checkpoint, curves, sharding, sums
 from zhlm.train import metrics as metrics_lib
 from zhlm.train import state as state_lib
@@ -72,6 +79,7 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
         flush=True,
     )
     pretrained = None if loaded is None else loaded.with_task_heads()
+    diagnosis = _diagnose(config, data, steps, pretrained)
     metrics_file = root / layout.METRICS
     if metrics_file.exists():  # a run is not resumed: its curves start afresh
         metrics_file.unlink()
@@ -85,6 +93,7 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
         writer.close()
     (root / layout.CONFIG).write_text(config.to_json(indent=2))
     results = _summary(config, init, init_from, data, runs)
+    results.update(diagnosis)
     results["devices"] = int(steps.mesh.size)
     results["curves"] = curves.plot(workdir)
     results.update(_write_best(config, data, runs[results["best_seed_index"]], root, tokenizer))
@@ -96,6 +105,74 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
         flush=True,
     )
     return results
+
+
+# An init whose encoder output has more than this share of its variance along one direction
+# has lost its tokens' identities (see _diagnose).
+COLLAPSED_SHARE = 0.9
+
+
+def _diagnose(config, data, steps, pretrained) -> dict:
+    """Two numbers that tell a run stuck at the label prior (NER: all O, F1 0) from a slow one,
+    printed and kept in results.json. ``label_prior_loss``: the cross-entropy of predicting the
+    training labels' frequencies, where a loss that learns nothing of the input stays.
+    ``init_top_direction_share`` (pretrained inits): the share of the variance of the encoder's
+    outputs on the first training batch along their top direction. A random tiny encoder gives
+    4% (MSRA); ERNIE tiny after 600 steps on the bundled sample, whose MLM never left the
+    unigram stage (accuracy 2.8%, the most frequent token), gave 99.9%: every token comes out
+    as one vector, the head can learn only the prior, and a 375-step MSRA run (4,000
+    sentences) from it stayed at F1 0 (dev, first 1,000 sentences) where a random encoder
+    reached 10.8 (issue 14)."""
+    out = {}
+    prior = _label_prior_loss(config.task.kind, data.train)
+    if prior is not None:
+        out["label_prior_loss"] = prior
+        print(
+            f"zhlm-finetune: label prior loss {prior:.4f} (a train loss that stays there "
+            "uses nothing of the input)",
+            flush=True,
+        )
+    if pretrained is None:
+        return out
+    share = _top_direction_share(steps, config, data, pretrained)
+    out["init_top_direction_share"] = share
+    if share > COLLAPSED_SHARE:
+        print(
+            f"zhlm-finetune: warning: the init's encoder output has {100 * share:.1f}% of its "
+            "variance along one direction: its token representations have collapsed (an MLM "
+            "still at the unigram stage does this), so fine-tuning starts from nothing and may "
+            "predict only the most frequent label for many steps; pretrain longer",
+            flush=True,
+        )
+    return out
+
+
+def _label_prior_loss(kind: str, train: dict) -> float | None:
+    """Entropy of the training labels (NER: the labelled tokens'); None for MRC."""
+    if kind == "mrc":
+        return None
+    labels = train["labels"] if kind == "ner" else train["label"]
+    counts = np.bincount(labels[labels >= 0].ravel())
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def _top_direction_share(steps, config, data, pretrained) -> float:
+    """Variance share of the top direction of the encoder's centred outputs at the real tokens
+    (less [CLS]) of the first training batch; 1 when they have no variance at all."""
+    first = np.arange(min(config.train.batch_size, data.num_train))
+    batch = next(_batches(data.train, config.train.batch_size, first))
+    x = np.asarray(jax.device_get(steps.encode(pretrained, batch)), np.float64)
+    real = batch["attention_mask"] > 0
+    real[:, 0] = False
+    real &= batch["weight"][:, None] > 0
+    h = x[real]
+    centred = h - h.mean(0)
+    energy = np.square(centred).sum()
+    if energy <= 1e-10 * max(np.square(h).sum(), 1e-30):
+        return 1.0
+    top = np.linalg.svd(centred, compute_uv=False)[0] ** 2
+    return float(top / energy)
 
 
 def _pretrained(config, init) -> checkpoint.Loaded | None:
@@ -230,7 +307,7 @@ class _Steps:
 
         def apply(params, batch, deterministic, rng=None):
             inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            rngs = None if rng is None else {"dropout": rng}
+            rngs = None if rng is None else dropout_rngs(rng, model.config)
             return model.apply({"params": params}, *inputs, deterministic, rngs=rngs)
 
         def train_step(state, batch, rng):
@@ -258,6 +335,14 @@ class _Steps:
             in_shardings=(self.state_shardings["params"], batch_sh),
         )
 
+        def encode(params, batch):
+            # Only the parts ``encode`` reads: a pretrained tree has no task head yet.
+            params = {k: params[k] for k in ("embeddings", "encoder")}
+            inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            return model.apply({"params": params}, *inputs, True, method="encode")
+
+        self._encode = jax.jit(encode)
+
     def init_state(self, params):
         return state_lib.create_copy(params, self.tx, self.state_shardings)
 
@@ -268,6 +353,12 @@ class _Steps:
     def predict(self, params, batch):
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
             return self._predict(params, batch)
+
+    def encode(self, params, batch):
+        """The encoder's sequence output [B,S,H], no dropout; ``params`` need only the
+        embeddings and the encoder (a pretrained tree will do)."""
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return self._encode(params, batch)
 
 
 def _run(seed, config, data, steps, pretrained, writer) -> dict:
@@ -375,6 +466,9 @@ def _write_best(config, data, top, root, tokenizer) -> dict:
     if config.task.kind == "ner":
         written["predictions"] = str(root / layout.NER_PREDICTIONS)
         ner.write_predictions(written["predictions"], data.examples, top["preds"])
+        # The micro scores are the epoch's metrics; per type they say which entities it finds.
+        gold = [list(e.tags) for e in data.examples]
+        written["by_type"] = ner_metric.scores(gold, top["preds"])["by_type"]
     if config.task.kind == "mrc":
         written["predictions"] = str(root / layout.PREDICTIONS)
         written["eval_set"] = str(root / layout.EVAL_SET)

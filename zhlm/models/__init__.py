@@ -4,7 +4,9 @@ from zhlm.models.builder import (
     abstract_variables,
     build_model,
     count_params,
+    dropout_rngs,
     dummy_inputs,
+    fit_vocab,
     init_variables,
     model_config,
 )
@@ -19,7 +21,9 @@ __all__ = [
     "abstract_variables",
     "build_model",
     "count_params",
+    "dropout_rngs",
     "dummy_inputs",
+    "fit_vocab",
     "init_variables",
     "model_config",
 ]

@@ -7,9 +7,11 @@ heads, unknown activation, impossible group counts) fail here with a message nam
 import math
 
 import flax.linen as nn
+import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from zhlm.models.encoder import REMAT_POLICIES
 from zhlm.models.layers import ACTIVATIONS, ModelConfig
@@ -19,12 +21,21 @@ from zhlm.models.sizes import SIZES
 SHARING = ("none", "all", "attention", "ffn")
 SENTENCE_HEADS = ("nsp", "sop", "none")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DROPOUT_RNGS = ("threefry", "rbg")
+# Parameters with a vocabulary axis first, padded to ModelConfig.padded_vocab_size rows.
+VOCAB_LEAVES = ("embeddings/word_embeddings/embedding", "mlm/decoder/bias", "sbo/decoder/bias")
 
 
 def _choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"config.model.{name}={value!r}; expected one of {', '.join(allowed)}")
     return value
+
+
+def _positive(name, value):
+    if int(value) < 1:
+        raise ValueError(f"config.model.{name}={value!r}; expected an integer >= 1")
+    return int(value)
 
 
 def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
@@ -55,6 +66,7 @@ def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
         mlp_dim=model.mlp_dim or 4 * dims["hidden_size"],
         embed_dim=model.embed_dim,
         vocab_size=model.vocab_size,
+        vocab_multiple=_positive("vocab_multiple", model.vocab_multiple),
         max_position_embeddings=model.max_position_embeddings,
         type_vocab_size=model.type_vocab_size,
         hidden_act=_choice("hidden_act", model.hidden_act, tuple(ACTIVATIONS)),
@@ -72,6 +84,7 @@ def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
         dtype=DTYPES[_choice("dtype", model.dtype, tuple(DTYPES))],
         param_dtype=DTYPES[_choice("param_dtype", model.param_dtype, tuple(DTYPES))],
         remat=_choice("remat", model.remat, tuple(REMAT_POLICIES)),
+        dropout_rng=_choice("dropout_rng", model.dropout_rng, DROPOUT_RNGS),
     )
 
 
@@ -94,12 +107,53 @@ def abstract_variables(model: nn.Module, seq_len: int = 8, batch: int = 1):
 
 def count_params(model: Model) -> dict:
     """Parameter counts by top-level component (embeddings, encoder, pooler, mlm, sentence,
-    sbo), from shapes only: a 235M-parameter model costs no memory to count."""
+    sbo), from shapes only: a 235M-parameter model costs no memory to count. The vocabulary's
+    padding rows are not counted: they are storage, not parameters of the model."""
     params = nn.unbox(abstract_variables(model))["params"]
-    return {
+    counts = {
         name: sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(tree))
         for name, tree in params.items()
     }
+    cfg, flat = model.config, flax.traverse_util.flatten_dict(params, sep="/")
+    for key in VOCAB_LEAVES:
+        if key in flat:
+            x = flat[key]
+            counts[key.split("/")[0]] -= (x.shape[0] - cfg.vocab_size) * math.prod(x.shape[1:])
+    return counts
+
+
+def fit_vocab(params: dict, cfg: ModelConfig) -> dict:
+    """``params`` with each vocabulary-axis leaf (:data:`VOCAB_LEAVES`) given
+    ``cfg.padded_vocab_size`` rows: padding rows added as zeros or dropped. Parameters read
+    from Hugging Face or saved with another ``vocab_multiple`` then fit this model; rows of
+    real tokens are never dropped (a table shorter than ``vocab_size`` is left for the shape
+    check to report). Works on nested or '/'-flattened dicts of host or device arrays."""
+    nested = any(isinstance(v, dict) for v in params.values())
+    flat = flax.traverse_util.flatten_dict(params, sep="/") if nested else dict(params)
+    rows = cfg.padded_vocab_size
+    for key in VOCAB_LEAVES:
+        x = flat.get(key)
+        if x is None or x.shape[0] == rows or x.shape[0] < cfg.vocab_size:
+            continue
+        if x.shape[0] > rows:
+            flat[key] = x[:rows]
+        else:
+            pad = [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1)
+            flat[key] = (jnp.pad if isinstance(x, jax.Array) else np.pad)(x, pad)
+    return flax.traverse_util.unflatten_dict(flat, sep="/") if nested else flat
+
+
+def dropout_rngs(rng, cfg: ModelConfig) -> dict:
+    """The ``rngs`` of a training ``apply``: dropout's key, in ``cfg.dropout_rng``'s PRNG.
+
+    threefry (JAX's default) gives the same bits on any mesh, so a sharded step equals the
+    unsharded one exactly. ``rbg`` derives an RngBitGenerator key from ``rng`` (so it is
+    still fresh every step and reproducible on a fixed mesh): XLA generates its bits with the
+    hardware-friendly generator, much cheaper than threefry's hash rounds on a TPU, but the
+    bits then depend on how the tensor is sharded. Masking never uses it."""
+    if cfg.dropout_rng == "rbg":
+        rng = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="rbg")
+    return {"dropout": rng}
 
 
 def init_variables(model: nn.Module, rng, seq_len: int = 8):

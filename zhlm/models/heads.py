@@ -37,7 +37,8 @@ class Pooler(nn.Module):
 
 
 class OutputBias(nn.Module):
-    """The decoder's own bias over the vocabulary (the weight is the tied embedding)."""
+    """The decoder's own bias over the vocabulary (the weight is the tied embedding); returns
+    the logits of the ``vocab_size`` real tokens only, the padded rows cut off."""
 
     config: ModelConfig
 
@@ -46,10 +47,11 @@ class OutputBias(nn.Module):
         bias = self.param(
             "bias",
             nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (self.config.vocab_size,),
+            (self.config.padded_vocab_size,),
             self.config.param_dtype,
         )
-        return logits.astype(jnp.float32) + bias.astype(jnp.float32)
+        logits = logits.astype(jnp.float32) + bias.astype(jnp.float32)
+        return logits[..., : self.config.vocab_size]
 
 
 class MLMHead(nn.Module):

@@ -41,7 +41,8 @@ class ModelConfig:
     num_heads: int
     mlp_dim: int
     embed_dim: int  # 0: embeddings are hidden_size wide, no projection (BERT)
-    vocab_size: int
+    vocab_size: int  # tokens the vocabulary has: logits, sampling and exports use exactly these
+    vocab_multiple: int  # word-embedding rows are padded to a multiple of this (MXU tiles)
     max_position_embeddings: int
     type_vocab_size: int
     hidden_act: str
@@ -59,6 +60,15 @@ class ModelConfig:
     dtype: jnp.dtype
     param_dtype: jnp.dtype
     remat: str
+    dropout_rng: str  # PRNG of dropout's bits: threefry (exact on any mesh) or rbg (fast)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word embedding and the decoder bias: ``vocab_size`` rounded up to
+        ``vocab_multiple``, so the decoder matmul tiles the MXU and a tensor axis up to that
+        size divides the vocabulary. The padded rows are never looked up (ids < vocab_size),
+        their logits are cut off before any loss or output, and exports drop them."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
     @property
     def head_dim(self) -> int:
@@ -232,7 +242,7 @@ class Embeddings(nn.Module):
             param_dtype=cfg.param_dtype,
             embedding_init=nn.with_logical_partitioning(init_normal(cfg), axes),
         )
-        self.word_embeddings = embed(cfg.vocab_size)
+        self.word_embeddings = embed(cfg.padded_vocab_size)
         self.position_embeddings = embed(cfg.max_position_embeddings)
         self.token_type_embeddings = embed(cfg.type_vocab_size)
         self.layer_norm = LayerNorm(cfg, width)
@@ -247,7 +257,7 @@ class Embeddings(nn.Module):
                 f"sequence length {seq_len} exceeds max_position_embeddings "
                 f"{self.config.max_position_embeddings}"
             )
-        x = self.word_embeddings(input_ids)
+        x = jnp.take(self._table(), input_ids, axis=0)
         x = x + self.position_embeddings(jnp.arange(seq_len))[None]
         x = x + self.token_type_embeddings(token_type_ids)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
@@ -255,9 +265,19 @@ class Embeddings(nn.Module):
             x = self.projection(x)
         return x
 
+    def _table(self):
+        """The word embedding in the compute dtype, split over the vocabulary only. Stored,
+        its hidden axis is split too (the 'embed' rule, fsdp); used in that layout, XLA
+        resharded the looked-up activations with all-to-alls and gathered the table again for
+        each use by the tied decoder. One constraint gives the lookup and both decoders the
+        same gathered copy."""
+        table = self.word_embeddings.embedding.astype(self.config.dtype)
+        return nn.with_logical_constraint(table, ("vocab", None))
+
     def attend(self, x):
-        """The tied MLM decoder: scores against every word embedding."""
-        return self.word_embeddings.attend(x)
+        """The tied MLM decoder: scores against every word embedding, padded rows included
+        (:class:`zhlm.models.heads.OutputBias` cuts those off)."""
+        return jnp.dot(x.astype(self.config.dtype), self._table().T)
 
 
 def attention(q, k, v, mask, dropout: nn.Dropout, deterministic: bool):

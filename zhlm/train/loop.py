@@ -95,7 +95,16 @@ def _check_finite(m, step: int, last_saved):
 
 
 class _Evaluator:
-    """Held-out loss and accuracies: fixed masks (one key per eval batch), no dropout."""
+    """Held-out loss and accuracies: fixed masks (one key per eval batch), no dropout.
+
+    Besides the means over every held-out sequence (``loss``, ``mlm_accuracy``,
+    ``sentence_accuracy``: the names the contract keeps), each source gets its own means as
+    ``<source>/<name>`` from whole batches of its own sequences, so that a mixture's NSP and
+    DLM real/fake accuracies are not one blended number; with ``data.dialogue_sources`` the
+    sentence head's sums are also split by objective: ``dlm_*`` over the dialogue sources and
+    ``nsp_*`` (or ``sop_*``) over the text sources. Rows left over after a source's whole
+    batches are pooled into mixed batches that count only in the overall means.
+    """
 
     def __init__(self, trainer, loader, config):
         self.trainer, self.config = trainer, config
@@ -106,14 +115,57 @@ class _Evaluator:
     def __call__(self, params) -> dict:
         if self.batches is None:  # read once: the held-out set does not change
             self.batches = [
-                global_batch(b, self.trainer.mesh, self.config.train.batch_size)
-                for b in self.loader.eval_batches()
+                (source, global_batch(b, self.trainer.mesh, self.config.train.batch_size))
+                for source, b in _eval_batches_by_source(self.loader)
             ]
-        total = None
-        for i, batch in enumerate(self.batches):
+        per_source, total = {}, None
+        for i, (source, batch) in enumerate(self.batches):
             m = self.trainer.evaluate(params, batch, jax.random.fold_in(self.rng, i))
             total = sums.add(total, m)
-        return sums.means(jax.device_get(total))
+            if source is not None:
+                per_source[source] = sums.add(per_source.get(source), m)
+        out = sums.means(jax.device_get(total))
+        per_source = jax.device_get(per_source)
+        for source, m in per_source.items():
+            out.update({f"{source}/{k}": v for k, v in sums.means(m).items()})
+        out.update(_by_objective(per_source, self.config.data))
+        return out
+
+
+def _eval_batches_by_source(loader):
+    """``(source, local rows)`` of whole global batches of each source's held-out records,
+    then ``(None, rows)`` of the leftovers pooled (the order ``Loader.eval_batches`` uses)."""
+    size, left = loader.global_batch, []
+    for name in sorted(loader.held):
+        plan = [(name, loader.sizes[name] + i) for i in range(loader.held[name])]
+        whole = len(plan) // size * size
+        for b in range(0, whole, size):
+            yield name, loader._read(plan[b : b + size][loader.rows])
+        left += plan[whole:]
+    for b in range(0, len(left) // size * size, size):
+        yield None, loader._read(left[b : b + size][loader.rows])
+
+
+def _by_objective(per_source: dict, data_config) -> dict:
+    """The sentence head's means split into ``dlm_*`` (dialogue sources: real/fake) and
+    ``nsp_*``/``sop_*`` (text sources); nothing without dialogue sources."""
+    dialogue = set(data_config.dialogue_sources)
+    if not dialogue:
+        return {}
+    text_name = "sop" if data_config.format == "sop" else "nsp"
+    groups = {"dlm": None, text_name: None}
+    keys = ("sentence_loss_sum", "sentence_count", "sentence_correct")
+    for source, m in per_source.items():
+        if "sentence_count" not in m:
+            continue
+        name = "dlm" if source in dialogue else text_name
+        part = {k.replace("sentence", name): m[k] for k in keys}
+        groups[name] = sums.add(groups[name], part)
+    out = {}
+    for part in groups.values():
+        if part is not None:
+            out.update(sums.means(part))
+    return out
 
 
 def _log_line(window, seconds, steps, flops, peak):

@@ -18,6 +18,7 @@ from etils import epath
 from flax import traverse_util
 
 from zhlm import workdir as layout
+from zhlm.models import fit_vocab
 from zhlm.train import checkpoint
 
 
@@ -77,9 +78,12 @@ def _move_aside(mngr, step):
     mngr.reload()
 
 
-def place_params(params, abstract_params, shardings, path: str):
-    """``params`` (host arrays) on the mesh; every shape must equal the model's."""
+def place_params(params, abstract_params, shardings, path: str, model_config=None):
+    """``params`` (host arrays) on the mesh; every shape must equal the model's, after the
+    vocabulary padding is fitted to ``model_config`` (when given)."""
     flat = traverse_util.flatten_dict(params, sep="/")
+    if model_config is not None:
+        flat = fit_vocab(flat, model_config)
     want = traverse_util.flatten_dict(abstract_params, sep="/")
     errors = [f"{k}: missing" for k in want if k not in flat]
     errors += [f"{k}: not in this model" for k in flat if k not in want]
@@ -119,7 +123,9 @@ def restore_or_init(mngr, trainer, loader, config):
         abstract = trainer.abstract_state()["params"]
         state = dict(
             state,
-            params=place_params(params, abstract, trainer.state_shardings["params"], path),
+            params=place_params(
+                params, abstract, trainer.state_shardings["params"], path, trainer.model.config
+            ),
         )
         return state, f"parameters of {path}"
     return state, "fresh initialisation"

@@ -60,7 +60,7 @@ def check_divisibility(config, mesh, model_config):
     for what, n in (
         ("heads", model_config.num_heads),
         ("mlp_dim", model_config.mlp_dim),
-        ("vocab_size", model_config.vocab_size),
+        ("the padded vocabulary (config.model.vocab_multiple)", model_config.padded_vocab_size),
     ):
         if n % tensor:
             raise ValueError(f"{what}={n} is not divisible by the tensor axis ({tensor})")

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 
 from zhlm import masking, objectives
-from zhlm.models import Model, build_model
+from zhlm.models import Model, build_model, dropout_rngs
 from zhlm.train import optim, sharding, sums
 from zhlm.train import state as state_lib
 from zhlm.train.state import abstract_key
@@ -75,7 +75,7 @@ def _loss_fn(model, config, mask_fn, deterministic=False):
             masked["attention_mask"],
             masked_positions=masked["masked_positions"],
             deterministic=deterministic,
-            rngs={"dropout": dropout_rng},
+            rngs=dropout_rngs(dropout_rng, model.config),
             **span,
         )
         return objectives.pretraining_loss(outputs, masked)
