@@ -12,7 +12,7 @@ computes the same global plan and reads only its rows ``[p * B/P, (p + 1) * B/P)
 global batch is identical for any process count, and each process touches only its own records.
 
 Held-out sequences: the last ``holdout`` records of every source (at most a fifth of it) never
-enter the training plan; ``eval_batches()`` serves them in order, in whole global batches. The
+enter the training plan; ``eval_batches()`` serves them in whole global batches, by source. The
 records are in TFDS's shuffled order, so these are a random sample of the source's sequences.
 
 Read-ahead (``read_ahead=N``, off by default): the next N batches are read by N threads while
@@ -199,15 +199,20 @@ class Loader:
         return sum(self.held.values()) // self.global_batch
 
     def eval_batches(self):
-        """This process's rows of each whole global batch of held-out records, in order."""
-        plan = [
-            (name, self.sizes[name] + i)
-            for name in sorted(self.held)
-            for i in range(self.held[name])
-        ]
-        for b in range(self.num_eval_batches()):
-            rows = plan[b * self.global_batch : (b + 1) * self.global_batch]
-            yield self._read(rows[self.rows])
+        """``(source, rows)``: this process's rows of each whole global batch of held-out
+        records. A source's own records fill whole batches first (``source`` names it, so
+        that the evaluation can report each source apart); what is left of every source is
+        then pooled into mixed batches (``source`` None). As many batches as
+        :meth:`num_eval_batches`."""
+        size, left = self.global_batch, []
+        for name in sorted(self.held):
+            plan = [(name, self.sizes[name] + i) for i in range(self.held[name])]
+            whole = len(plan) // size * size
+            for b in range(0, whole, size):
+                yield name, self._read(plan[b : b + size][self.rows])
+            left += plan[whole:]
+        for b in range(0, len(left) // size * size, size):
+            yield None, self._read(left[b : b + size][self.rows])
 
     def get_state(self) -> dict:
         """The position after the last batch returned (not after what is read ahead)."""

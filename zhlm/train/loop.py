@@ -116,7 +116,7 @@ class _Evaluator:
         if self.batches is None:  # read once: the held-out set does not change
             self.batches = [
                 (source, global_batch(b, self.trainer.mesh, self.config.train.batch_size))
-                for source, b in _eval_batches_by_source(self.loader)
+                for source, b in self.loader.eval_batches()
             ]
         per_source, total = {}, None
         for i, (source, batch) in enumerate(self.batches):
@@ -130,20 +130,6 @@ class _Evaluator:
             out.update({f"{source}/{k}": v for k, v in sums.means(m).items()})
         out.update(_by_objective(per_source, self.config.data))
         return out
-
-
-def _eval_batches_by_source(loader):
-    """``(source, local rows)`` of whole global batches of each source's held-out records,
-    then ``(None, rows)`` of the leftovers pooled (the order ``Loader.eval_batches`` uses)."""
-    size, left = loader.global_batch, []
-    for name in sorted(loader.held):
-        plan = [(name, loader.sizes[name] + i) for i in range(loader.held[name])]
-        whole = len(plan) // size * size
-        for b in range(0, whole, size):
-            yield name, loader._read(plan[b : b + size][loader.rows])
-        left += plan[whole:]
-    for b in range(0, len(left) // size * size, size):
-        yield None, loader._read(left[b : b + size][loader.rows])
 
 
 def _by_objective(per_source: dict, data_config) -> dict:
