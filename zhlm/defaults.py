@@ -37,7 +37,7 @@ def _model():
             dtype="float32",  # compute dtype: float32 or bfloat16 (params stay param_dtype)
             param_dtype="float32",  # master weights
             remat="none",  # rematerialise each layer: none, full, or dots (save matmul outputs)
-            dropout_rng="threefry",  # dropout bits: threefry (same on any mesh) or rbg (fast)
+            dropout_rng="threefry",  # dropout bits: threefry (same on any mesh) or rbg
             # Hugging Face family of an export: bert, ernie or albert (empty: albert for a
             # factorised embedding, else bert). Imports set it from the folder's model_type.
             export_family="",

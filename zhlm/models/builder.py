@@ -148,9 +148,11 @@ def dropout_rngs(rng, cfg: ModelConfig) -> dict:
 
     threefry (JAX's default) gives the same bits on any mesh, so a sharded step equals the
     unsharded one exactly. ``rbg`` derives an RngBitGenerator key from ``rng`` (so it is
-    still fresh every step and reproducible on a fixed mesh): XLA generates its bits with the
-    hardware-friendly generator, much cheaper than threefry's hash rounds on a TPU, but the
-    bits then depend on how the tensor is sharded. Masking never uses it."""
+    still fresh every step and reproducible on a fixed mesh): XLA generates its bits with its
+    RngBitGenerator instead of threefry's hash rounds, and they may then depend on how the
+    tensor is sharded. By XLA's cost model it saves 3% of BERT-base's step FLOPs on v5e but
+    adds bytes (``tools/bench.py tpu --rbg``); not yet measured on a TPU, so not the default.
+    Masking never uses it."""
     if cfg.dropout_rng == "rbg":
         rng = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="rbg")
     return {"dropout": rng}

@@ -60,7 +60,7 @@ class ModelConfig:
     dtype: jnp.dtype
     param_dtype: jnp.dtype
     remat: str
-    dropout_rng: str  # PRNG of dropout's bits: threefry (exact on any mesh) or rbg (fast)
+    dropout_rng: str  # PRNG of dropout's bits: threefry (exact on any mesh) or rbg
 
     @property
     def padded_vocab_size(self) -> int:
