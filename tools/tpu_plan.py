@@ -73,10 +73,9 @@ RUNS = (
         512,
         512,
         2_000_000,
-        "NOT VERIFIED: Cui et al. 2020's training table could not be read here and the "
-        "ymcui/MacBERT README gives no batch or steps; 512 x 2M (LAMB) as recalled, the same "
-        "as RoBERTa-wwm-ext-large in the Chinese-BERT-wwm README",
-        verified=False,
+        "Cui et al., journal version (IEEE TASLP 2021, arXiv 1906.08101), Sec. on pre-training: "
+        "MacBERT-large trained from scratch for 2M steps at batch 512, LAMB, lr 1e-4, max "
+        "length 512 throughout",
     ),
     Run(
         "ALBERT-xxlarge",
@@ -96,9 +95,8 @@ RUNS = (
         256,
         512,
         2_400_000,
-        "NOT VERIFIED here (only the abstract could be read): Joshi et al. 2020, Sec. 4.1 "
-        "as recalled, batch 256 of up to 512 tokens for 2.4M steps",
-        verified=False,
+        "Joshi et al. 2020, Sec. 4.2 (arXiv 1907.10529): batch 256 sequences of at most 512 "
+        "tokens, 2.4M steps, AdamW",
     ),
 )
 QUICK_RUNS = (
