@@ -18,5 +18,8 @@ def get_config(arg="base"):
     config.masking.scheme = "whole_word"
     config.masking.replacement = "partial_mask"
     config.data.format = "full_sentences"
-    config.optim.name = "lamb"  # Chinese-BERT-wwm: LAMB, trust ratio on all parameters
+    # AdamW: Cui et al.'s Table III (training details, arXiv 1906.08101) and the Model
+    # Comparison of github.com/ymcui/Chinese-BERT-wwm give AdamW for RoBERTa-wwm(-ext); LAMB is
+    # BERT-wwm's and MacBERT's.
+    config.optim.name = "adamw"
     return defaults.local_scale(config)
