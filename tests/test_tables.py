@@ -90,8 +90,8 @@ def saved_configs(workdir, name):
 
 
 def check_rows(text, names, columns):
-    """The variant table has rows ``names`` in order, ``columns`` score cells each, and the
-    ordering sentence of every chain the paper states."""
+    """The variant table has rows ``names`` in order, ``columns`` score cells and the minutes
+    each, and says that micro scale ranks nothing."""
     rows = table_rows(text, "| variant")
     assert list(rows) == names, text
     for cells in rows.values():
