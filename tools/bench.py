@@ -2,7 +2,8 @@
 
   python tools/bench.py masking [--batch 32] [--seq 128 512] [--model-size base]
   python tools/bench.py prepare [--mb 0] [--recipe bert] [--processes 1 2] [--rounds 2]
-  python tools/bench.py train [--cases tiny-fp32 base-fp32 base-bf16]   (tools/bench_train.py)
+  python tools/bench.py train [--cases tiny-fp32 base-fp32 base-bf16]   (tools/bench_train.py;
+                                 on a GPU: base-bf16-512 large-bf16-512, tools/gpu_bench.sh)
   python tools/bench.py loader [--recipe macbert] [--seq 128] [--read-ahead 0 4]
   python tools/bench.py tpu [--generations v5litepod v6e] [--runs 0 2] [--no-parts] [--quick]
 

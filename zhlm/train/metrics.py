@@ -19,7 +19,9 @@ import time
 from zhlm import paths
 from zhlm import workdir as layout
 
-# bf16 dense peak per JAX device (one chip), from Google's Cloud TPU pages.
+# bf16 dense peak per JAX device (one chip): TPUs from Google's Cloud TPU pages; NVIDIA GPUs from
+# NVIDIA's data sheets, dense (half the "with sparsity" figure), SXM boards, keyed by the CUDA
+# device name that JAX reports (a PCIe board has another name and a lower peak: not listed).
 PEAK_FLOPS = {
     "TPU v4": 275e12,
     "TPU v5 lite": 197e12,
@@ -28,6 +30,10 @@ PEAK_FLOPS = {
     "TPU v5p": 459e12,
     "TPU v6 lite": 918e12,
     "TPU v6e": 918e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA H100 80GB HBM3": 989.4e12,
+    "NVIDIA H200": 989.4e12,
 }
 
 
