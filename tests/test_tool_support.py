@@ -52,7 +52,7 @@ def test_load_errors():
 
 
 def test_local_scale_warms_up_by_local_warmup():
-    assert defaults.local_warmup(600) == 60 and defaults.local_warmup(9) == 0
+    assert [defaults.local_warmup(n) for n in (2, 9, 600, 4000)] == [0, 3, 200, 400]
     tiny, base = config_files.load("bert", "tiny"), config_files.load("bert", "base")
     assert tiny.optim.warmup_steps == defaults.local_warmup(tiny.train.num_steps) != 0
     assert base.optim.warmup_steps == defaults.get_base_config().optim.warmup_steps

@@ -118,6 +118,10 @@ MINI_TRAIN = {
     "cmrc2018": dict(max_train_examples=800, max_eval_examples=300),
     "msra_ner": dict(max_train_examples=8000, epochs=3),
 }
+# ... and to its learning rate: the tagger needs more than the classifiers' 1e-4. Measured from
+# one ERNIE tiny pretrained 600 steps at this scale, one seed: dev entity F1 5.5 at 1e-4, 15.8 at
+# 1e-3.
+MINI_LR = {"msra_ner": 1e-3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,9 +488,10 @@ def finetune_config(task: str, scale_name: str):
     config = config_files.load(f"finetune/{task}", scale.size)
     config.task.update(task_files(task), **scale.tasks[task])
     config.train.update(scale.finetune)
+    config.optim.peak_lr = scale.lr
     if scale_name == "mini":
         config.train.update(MINI_TRAIN.get(task, {}))
-    config.optim.peak_lr = scale.lr
+        config.optim.peak_lr = MINI_LR.get(task, scale.lr)
     return config
 
 

@@ -253,8 +253,12 @@ LOCAL_LR = {"adamw": 1e-3, "lamb": 1e-2}
 
 
 def local_warmup(num_steps: int) -> int:
-    """Warmup steps of a laptop-sized run of ``num_steps``: the first 10%."""
-    return num_steps // 10
+    """Warmup steps of a laptop-sized run of ``num_steps``: the first 10%, but at least 200 steps
+    (a third of a run shorter than 600). A tiny model that reaches LOCAL_LR sooner collapses
+    and stays at the unigram stage: ERNIE tiny on the bundled sample plus CLUE documents, 600
+    steps of 32: held-out MLM accuracy 4.7% at step 600 with 60 warmup steps, every token one
+    vector (the top direction holds 87% of the encoder's output); 11.8% with 200 (6.5%)."""
+    return max(num_steps // 10, min(200, num_steps // 3))
 
 
 def local_scale(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
