@@ -18,9 +18,10 @@ Tiny models (``get_config("tiny")``, L2/H128): at lr 1e-3, seq 128, batch 32 and
 45,658 sentences (4,281 steps), test entity F1 was 60.5 from a random encoder. A run stays at
 all O (F1 0) while its train loss sits at the label prior's (printed as ``label prior loss``)
 when it is too short for the encoder to start to tell tokens apart, or when the init has
-collapsed: ERNIE tiny after 600 pretraining steps on the bundled sample (MLM never past the
-most frequent token) made every token one vector, and 375 steps (4,000 sentences) from it gave
-F1 0 against 10.8 from random init; ``zhlm-finetune`` warns of such an init (issue 14).
+collapsed: ERNIE tiny after 600 pretraining steps on the bundled sample with a 60-step warmup
+(MLM never past the most frequent token) made every token one vector, and 375 steps (4,000
+sentences) from it gave F1 0 against 10.8 from random init; ``zhlm-finetune`` warns of such an
+init (issue 14). The 200-step warmup of ``zhlm.defaults.local_warmup`` avoids that collapse.
 """
 
 from zhlm.finetune.train import get_base_config
