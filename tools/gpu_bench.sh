@@ -21,4 +21,4 @@ assert torch.cuda.is_available(), "torch sees no GPU"
 print("jax", jax.__version__, "torch", torch.__version__, "transformers", transformers.__version__)
 EOF
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv; fi
-python3 tools/bench.py train --rounds 2 --reps 10
+python3 tools/bench.py train --rounds 1 --reps 10  # one GPU, nothing beside it: one round
