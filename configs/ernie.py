@@ -16,9 +16,9 @@ per objective (``dlm_accuracy``: real/fake; ``nsp_accuracy``), zhlm.train.loop. 
 judgement is learned only once the MLM leaves the unigram stage: dialogue-only on 2,367
 multi-turn dialogues (issue 14), the command below measured held-out (1,024 windows) real/fake
 accuracy 50.4%, 57.8%, 68.0% and 72.9% at steps 250, 500, 750 and 1,000 (MLM accuracy 3.6%,
-8.9%, 10.9%, 12.4%; about 10 minutes on 2 CPU cores, stopped there); the same train and eval steps
-outside the loop reached 77% at step 4,000. With your own
-dialogue JSON lines (``{"turns": [...]}`` per line):
+8.9%, 10.9%, 12.4%; about 10 minutes on 2 CPU cores, stopped there); the same train and eval
+steps outside the loop reached 77% at step 4,000. With your own dialogue JSON lines
+(``{"turns": [...]}`` per line):
 
   zhlm-pretrain --config=configs/ernie.py:dlm --workdir=/tmp/zhlm-dlm \
       --config.data.input='("dialogue=/path/to/dialogues.jsonl",)' \

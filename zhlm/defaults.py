@@ -110,7 +110,7 @@ def _train():
             # Parameters to start from when the workdir has no checkpoint: a zhlm checkpoint
             # (zhlm-convert's output), a pretraining workdir or a Hugging Face folder.
             init_from="",
-            peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs by device kind)
+            peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs and GPUs by device kind)
             # Multi-host: call jax.distributed.initialize(); the three values below are
             # detected on Cloud TPU and needed elsewhere (one process each, e.g. CPU tests).
             distributed=False,
@@ -257,7 +257,7 @@ def local_warmup(num_steps: int) -> int:
     (a third of a run shorter than 600). A tiny model that reaches LOCAL_LR sooner collapses
     and stays at the unigram stage: ERNIE tiny on the bundled sample plus CLUE documents, 600
     steps of 32: held-out MLM accuracy 4.7% at step 600 with 60 warmup steps, every token one
-    vector (the top direction holds 87% of the encoder's output); 11.8% with 200 (6.5%)."""
+    vector (the top direction holds 87% of the encoder's output); 11.8% with 200 (6.5% there)."""
     return max(num_steps // 10, min(200, num_steps // 3))
 
 
