@@ -110,7 +110,7 @@ def _train():
             # Parameters to start from when the workdir has no checkpoint: a zhlm checkpoint
             # (zhlm-convert's output), a pretraining workdir or a Hugging Face folder.
             init_from="",
-            peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs and GPUs by device kind)
+            peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs, GPUs by device kind)
             # Multi-host: call jax.distributed.initialize(); the three values below are
             # detected on Cloud TPU and needed elsewhere (one process each, e.g. CPU tests).
             distributed=False,
