@@ -104,7 +104,11 @@ def learning_rate_schedule(optim: ml_collections.ConfigDict, num_steps: int):
     if optim.schedule not in ("bert", "linear", "polynomial"):
         raise ValueError(f"config.optim.schedule={optim.schedule!r}: bert, linear or polynomial")
     if not 0 <= warmup < num_steps:
-        raise ValueError(f"warmup_steps={warmup} must be in [0, num_steps={num_steps})")
+        raise ValueError(
+            f"optim.warmup_steps={warmup} must be in [0, num_steps={num_steps}): set "
+            "--config.optim.warmup_steps with a shorter train.num_steps (tiny and mini recipes "
+            "take theirs from zhlm.defaults.local_warmup of their own 600 steps)"
+        )
     power = optim.power if optim.schedule == "polynomial" else 1.0
 
     def schedule(step):
