@@ -488,10 +488,9 @@ def finetune_config(task: str, scale_name: str):
     config = config_files.load(f"finetune/{task}", scale.size)
     config.task.update(task_files(task), **scale.tasks[task])
     config.train.update(scale.finetune)
-    config.optim.peak_lr = scale.lr
     if scale_name == "mini":
         config.train.update(MINI_TRAIN.get(task, {}))
-        config.optim.peak_lr = MINI_LR.get(task, scale.lr)
+    config.optim.peak_lr = MINI_LR.get(task, scale.lr) if scale_name == "mini" else scale.lr
     return config
 
 
