@@ -24,7 +24,7 @@ synchronously and with read-ahead threads, in the same run.
 ``tpu``: the papers' runs planned on Cloud TPU slices (``tools/tpu_plan.py``: the step
 compiled by libtpu here, no TPU) against the loader rate measured in the same run, and what
 each part of the BERT-base step costs on one generation (each part switched off or compiled
-alone). Compiles take minutes; plans are cached in ``--workdir``.
+alone; ``tools/tpu_parts.py``). Compiles take minutes; plans are cached in ``--workdir``.
 """
 
 import argparse
@@ -235,19 +235,21 @@ def add_loader_parser(sub):
 
 def tpu_bench(args):
     """``tpu``: the plan table against the loader rate of this run, then the parts table."""
+    import tpu_parts
     import tpu_plan
+    import tpu_runs
 
     rate = args.loader_records_per_second
     if rate is None and not args.quick:
         rate = bench_common.loader_rate(read_ahead=args.read_ahead)["records_per_second"]
-    runs = tpu_plan.QUICK_RUNS if args.quick else [tpu_plan.RUNS[i] for i in args.runs]
+    runs = tpu_runs.QUICK_RUNS if args.quick else [tpu_runs.RUNS[i] for i in args.runs]
     cached = "stale" if args.stale else args.cached_only
-    gens = args.generations or (("v5litepod",) if args.quick else tuple(tpu_plan.GENERATIONS))
+    gens = args.generations or (("v5litepod",) if args.quick else tuple(tpu_runs.GENERATIONS))
     text = tpu_plan.table(runs, gens, args.workdir, rate, args.find_batch, cached_only=cached)
     print(text, flush=True)
     if not args.no_parts and not args.quick:
         extra = ("rbg",) if args.rbg else ()
-        parts = tpu_plan.parts_table(
+        parts = tpu_parts.parts_table(
             args.parts_generation,
             args.parts_chips,
             extra=extra,
@@ -259,6 +261,7 @@ def tpu_bench(args):
 
 def add_tpu_parser(sub):
     import tpu_plan
+    import tpu_runs
 
     p = sub.add_parser("tpu", help="the papers' runs planned on Cloud TPU; cost of each part")
     p.add_argument("--workdir", default=tpu_plan.DEFAULT_WORKDIR, help="cache of compiled plans")
@@ -266,10 +269,10 @@ def add_tpu_parser(sub):
         "--runs",
         type=int,
         nargs="+",
-        default=list(range(len(tpu_plan.RUNS))),
-        help="indices into tools/tpu_plan.py RUNS",
+        default=list(range(len(tpu_runs.RUNS))),
+        help="indices into tools/tpu_runs.py RUNS",
     )
-    p.add_argument("--generations", nargs="+", choices=list(tpu_plan.GENERATIONS))
+    p.add_argument("--generations", nargs="+", choices=list(tpu_runs.GENERATIONS))
     p.add_argument("--loader_records_per_second", type=float, help="default: measured here")
     p.add_argument("--read-ahead", type=int, default=0, help="loader read-ahead when measuring")
     p.add_argument("--find_batch", action="store_true", help="plan.find_batch (many compiles)")

@@ -7,8 +7,9 @@
   python tools/reproduce_tables.py albert_sharing --scale micro
   python tools/reproduce_tables.py tpu_plan [--workdir /tmp/zhlm_tpu_plan] [--quick]
 
-Each table is one function in ``TABLES``; the paper's figure stands beside ours. The three
-ablations pretrain and fine-tune (``tools/ablations.py``: what each scale runs); their runs are
+Each table is one function in ``TABLES``; the paper's figure stands beside ours. The six
+ablations (``tools/ablation_tables.py``) pretrain and fine-tune (``tools/ablations.py``: what
+each scale runs; ``tools/ablation_paper.py``: the commands at paper scale); their runs are
 kept in ``--workdir`` and reused, so an interrupted ``mini`` table continues where it stopped.
 The table is printed and written to ``WORKDIR/TABLE-SCALE.md``. ``tpu_plan`` compiles the
 papers' runs for Cloud TPU slices here (``tools/tpu_plan.py``, libtpu's compiler, no TPU) and
@@ -27,6 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
+import ablation_paper  # noqa: E402
+import ablation_tables  # noqa: E402
 import ablations  # noqa: E402
 import tpu_plan  # noqa: E402
 
@@ -176,14 +179,14 @@ def masking_table(scale):
 
 
 def ablation_table(name):
-    """One of ``ablations.ABLATIONS``: trained at micro or mini, commands at paper scale."""
+    """One of ``ablation_tables.ABLATIONS``: trained at micro or mini, commands at paper scale."""
 
     def run(scale, workdir):
-        text = ablations.paper_commands(name) if scale == "paper" else ""
+        text = ablation_paper.paper_commands(name) if scale == "paper" else ""
         if scale != "paper":
             text = ablations.table(name, scale, workdir)
         if name == "albert_sharing":
-            text = ablations.albert_params_table() + "\n\n" + text
+            text = ablation_paper.albert_params_table() + "\n\n" + text
         return text
 
     return run
@@ -204,7 +207,7 @@ def tpu_plan_run(args):
 TABLES = {
     "params": lambda scale, workdir: params_table(scale),
     "masking": lambda scale, workdir: masking_table(scale),
-    **{name: ablation_table(name) for name in ablations.ABLATIONS},
+    **{name: ablation_table(name) for name in ablation_tables.ABLATIONS},
     "tpu_plan": None,  # takes the parsed arguments: tpu_plan_run
 }
 

@@ -3,13 +3,14 @@
   python tools/reproduce_tables.py tpu_plan [--workdir /tmp/zhlm_tpu_plan] [--quick]
   python tools/bench.py tpu [--parts] [--loader_records_per_second N]
 
-For every run in ``RUNS`` (batch, sequence length and steps as the paper or its release gave
-them, the source beside each) and every generation in ``GENERATIONS``: the smallest slice
-whose chips hold the state (``zhlm.train.plan.precheck``: traced, not compiled, and it raises
-``DoesNotFit`` for a slice too small), a per-chip micro-batch for it, then the real step
-compiled by ``zhlm.train.plan.compile_plan`` (bf16 compute, FSDP over every chip, remat only
-when one sequence per chip does not fit otherwise). Days = steps x the roofline step time: a
-bound, not a forecast (the plan's docstring says how far each number goes).
+For every run in ``tools/tpu_runs.py``'s ``RUNS`` (batch, sequence length and steps as the
+paper or its release gave them, the source beside each) and every generation in
+``GENERATIONS``: the smallest slice whose chips hold the state (``zhlm.train.plan.precheck``:
+traced, not compiled, and it raises ``DoesNotFit`` for a slice too small), a per-chip
+micro-batch for it, then the real step compiled by ``zhlm.train.plan.compile_plan`` (bf16
+compute, FSDP over every chip, remat only when one sequence per chip does not fit otherwise).
+Days = steps x the roofline step time: a bound, not a forecast (the plan's docstring says how
+far each number goes).
 
 The micro-batch search is cheap on purpose (a BERT-large step takes minutes to compile here):
 the largest power of two that divides the per-chip batch and whose activations, estimated
@@ -25,7 +26,6 @@ Every plan is kept as JSON in the workdir, keyed by the config and the slice, so
 compiles what is new; ``--quick`` plans only the tiny test row on the first generations.
 """
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -33,92 +33,12 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this host only traces; libtpu compiles
 
+from tpu_runs import GENERATIONS, LAMB_CLAIM, QUICK_RUNS, RUNS, Run  # noqa: E402
+
 DEFAULT_WORKDIR = "/tmp/zhlm_tpu_plan"
 DAY = 86400.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One pretraining run as published: what to plan and where the figures come from."""
-
-    name: str
-    recipe: str
-    size: str
-    batch: int
-    seq: int
-    steps: int
-    source: str
-    verified: bool = True  # False: the figure could not be checked against the paper here
-    layers: int = 0  # > 0: that many layers instead of the size's (the quick test row)
-
-
-_BERT = (
-    "Devlin et al. 2019, App. A.2: batch 256 for 1,000,000 steps; seq 128 for 90% of the "
-    "steps, 512 for the last 10%"
-)
-_WWM = (
-    "ymcui/Chinese-BERT-wwm README, Model Comparison (Cui et al. 2021's release): 2M steps "
-    "at max length 512, batch 512, AdamW, TPU Pod v3-32, random init"
-)
-RUNS = (
-    Run("BERT-base, seq 128 phase", "bert", "base", 256, 128, 900_000, _BERT),
-    Run("BERT-base, seq 512 phase", "bert", "base", 256, 512, 100_000, _BERT),
-    Run("BERT-large, seq 128 phase", "bert", "large", 256, 128, 900_000, _BERT),
-    Run("BERT-large, seq 512 phase", "bert", "large", 256, 512, 100_000, _BERT),
-    Run("RoBERTa-wwm-ext-large", "roberta_wwm", "large", 512, 512, 2_000_000, _WWM),
-    Run(
-        "MacBERT-large",
-        "macbert",
-        "large",
-        512,
-        512,
-        2_000_000,
-        "Cui et al., journal version (IEEE TASLP 2021, arXiv 1906.08101), Sec. on pre-training: "
-        "MacBERT-large trained from scratch for 2M steps at batch 512, LAMB, lr 1e-4, max "
-        "length 512 throughout",
-    ),
-    Run(
-        "ALBERT-xxlarge",
-        "albert",
-        "xxlarge",
-        4096,
-        512,
-        125_000,
-        "Lan et al. 2020, Sec. 4.1: batch 4096, LAMB lr 0.00176, 125,000 steps unless "
-        "otherwise specified; inputs up to 512 tokens. The longer xxlarge run (1.5M steps) "
-        "is not verified here: x12 the days",
-    ),
-    Run(
-        "SpanBERT-large",
-        "spanbert",
-        "large",
-        256,
-        512,
-        2_400_000,
-        "Joshi et al. 2020, Sec. 4.2 (arXiv 1907.10529): batch 256 sequences of at most 512 "
-        "tokens, 2.4M steps, AdamW",
-    ),
-)
-QUICK_RUNS = (
-    Run("tiny (test)", "bert", "tiny", 32, 64, 1000, "zhlm's tiny size, 1 layer: tests", layers=1),
-)
-
-# Accelerator types in order of size (the number is what Cloud TPU counts: v4 and v5p
-# TensorCores, two per chip; v5e and v6e chips).
-GENERATIONS = {
-    "v4": (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
-    "v5litepod": (1, 4, 8, 16, 32, 64, 128, 256),
-    "v5p": (8, 16, 32, 64, 128, 256, 512, 1024, 2048),
-    "v6e": (1, 4, 8, 16, 32, 64, 128, 256),
-}
-# LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76
-# minutes", abstract): BERT-large in 8,599 iterations at batch 65536/32768 instead of 1M,
-# 76 minutes on a TPUv3 pod (1,024 chips), against about three days on 16 TPUv3 chips.
-LAMB_CLAIM = (
-    "Reference point: LAMB (You et al. 2020) trained BERT-large in 76 minutes on a TPU v3 pod "
-    "(1,024 chips) with batch 65,536 (seq 128) / 32,768 (seq 512) for 8,599 iterations, "
-    "instead of 1M iterations at batch 256 (about three days on 16 TPU v3 chips)."
-)
 # Activation bytes per sequence, per layer application, per token: C_HIDDEN per hidden unit
 # and C_SCORES per attention score, no remat, bf16 compute. Measured on a compiled BERT-base
 # step (v5e, 32 x 128, dropout on): 3.99 GB of temporaries, 0.44 GB of them the fp32
@@ -168,7 +88,7 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
-def _key(config, topology) -> str:
+def plan_key(config, topology) -> str:
     text = json.dumps([config.to_dict(), topology], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
@@ -195,7 +115,7 @@ def cached_plan(config, topology, workdir, loader_rate=None, cached_only=False, 
     from zhlm.train import plan as plan_lib
     from zhlm.train import tpu
 
-    key = _key(config, topology)
+    key = plan_key(config, topology)
     path = os.path.join(workdir, f"plan-{key}-{code_fingerprint()}.json")
     older = sorted(glob.glob(os.path.join(workdir, f"plan-{key}-*.json")), key=os.path.getmtime)
     if os.path.exists(path) or (cached_only and stale and older):
@@ -471,196 +391,3 @@ def tpu_plan_table(
     workdir = workdir or DEFAULT_WORKDIR
     runs, gens = (QUICK_RUNS, ("v5litepod",)) if quick else (RUNS, tuple(GENERATIONS))
     return table(runs, gens, workdir, loader_rate, find, cached_only=cached_only)
-
-
-# The per-part cost of one step: each part switched off or changed and the step compiled
-# again (one chip's share, as the plan's FLOP count uses), or compiled alone where it cannot
-# be switched off. Deltas of the one-chip-share step (micro-batch work, the update scaled to
-# this chip's shard), so collectives are not part of any figure.
-PARTS_RUN = Run("BERT-base, seq 128 phase", "bert", "base", 256, 128, 900_000, _BERT)
-
-
-def _fixed_masks(config, per_chip):
-    """A ``mask_fn`` returning masks drawn once (the step without masking's cost), as
-    ``bench.py masking`` times it on CPU: constants of the compiled program."""
-    import jax
-    import numpy as np
-
-    from zhlm import masking
-    from zhlm.data.synthetic import synthetic_batch
-
-    with jax.default_device(jax.devices("cpu")[0]):
-        batch = synthetic_batch(per_chip, config.data.max_seq_length)
-        fixed = masking.mask_batch(batch, jax.random.key(1), config)
-    fixed = {k: np.asarray(v) for k, v in fixed.items()}
-    return lambda batch, rng, config: {**batch, **fixed}
-
-
-def _attention_cost(one) -> dict:
-    """cost_analysis of the attention core alone (scores, softmax, dropout on the
-    probabilities, weighted sum), forward and backward, at the step's per-chip shapes."""
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-
-    from zhlm.models import dropout_rngs
-    from zhlm.models.layers import attention
-    from zhlm.train import sharding
-    from zhlm.train.state import abstract_key
-
-    cfg, config = one.model.config, one.config
-    b, s = config.train.batch_size, config.data.max_seq_length
-
-    class Core(nn.Module):
-        @nn.compact
-        def __call__(self, q, k, v, mask):
-            return attention(q, k, v, mask, nn.Dropout(cfg.attention_dropout_rate), False)
-
-    shape = (b, s, cfg.num_heads, cfg.head_dim)
-    qkv = [jax.ShapeDtypeStruct(shape, cfg.dtype) for _ in range(3)]
-    mask = jax.ShapeDtypeStruct((b, 1, 1, s), jnp.bool_)
-
-    def fwd_bwd(q, k, v, mask, rng):
-        def f(q, k, v):
-            y = Core().apply({}, q, k, v, mask, rngs=dropout_rngs(rng, cfg))
-            return jnp.sum(y.astype(jnp.float32))
-
-        return jax.grad(f, argnums=(0, 1, 2))(q, k, v)
-
-    with jax.set_mesh(one.mesh), nn.logical_axis_rules(sharding.rules(config)):
-        compiled = jax.jit(fwd_bwd).lower(*qkv, mask, abstract_key()).compile()
-    return compiled.cost_analysis()
-
-
-def parts_table(
-    generation="v5litepod", chips=8, run: Run = PARTS_RUN, extra=(), workdir=None, cached_only=False
-) -> str:
-    """The cost of each part of ``run``'s step on ``generation``-``chips`` (FSDP over the
-    chips), as compiled FLOPs, bytes accessed and roofline ms per chip, and as a share.
-    Kept in ``workdir`` like the plans (``cached_only``: compile nothing)."""
-    from zhlm.train import tpu
-
-    topology = f"{generation}-{chips * tpu.CHIPS[generation].cores_per_chip}"
-    s = tpu.parse(topology)
-    config = run_config(run)
-    config.train.micro_batches = 1
-    workdir = workdir or DEFAULT_WORKDIR
-    name = f"parts-{_key(config, [topology, sorted(extra)])}-{code_fingerprint()}.json"
-    path = os.path.join(workdir, name)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            rows, per_chip = json.load(f)
-    elif cached_only:
-        return f"(the parts of the step on {topology}: not compiled yet)"
-    else:
-        rows, per_chip = _parts_rows(config, s, topology, extra)
-        os.makedirs(workdir, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump([rows, per_chip], f)
-    return _parts_markdown(rows, s.chip, run, topology, per_chip, config)
-
-
-def _parts_rows(config, s, topology, extra):
-    """``([(part, flops, bytes, how)], per-chip batch)``: see :func:`parts_table`."""
-    from zhlm.train import plan as plan_lib
-
-    _, trainer, state, *_ = plan_lib.precheck(config, topology)
-    mesh, mc = trainer.mesh, trainer.model.config
-    shard = plan_lib.per_chip_bytes(state) / plan_lib.whole_bytes(state)
-
-    def total(costs):
-        c = plan_lib.scale_costs(costs, config, mc, 1, mesh.shape["tensor"], shard)
-        return c["flops"], c["bytes_accessed"]
-
-    base = plan_lib.one_chip_costs(config, s, mesh)
-    per_chip = base["trainer"].config.train.batch_size
-    rows = [("whole step", *total(base), "compiled")]
-
-    same = {"layer": base["layer"], "update": base["update"]}
-
-    def variant(name, how, c=None, mask_fn=None, step_only=False):
-        # Only the step's other parts change; the layer too where dropout does.
-        keep = same if step_only else {"update": base["update"]}
-        f, b = total(plan_lib.one_chip_costs(c or config, s, mesh, mask_fn, parts=keep))
-        rows.append((name, rows[0][1] - f, rows[0][2] - b, how))
-
-    variant(
-        "masking",
-        "step with masks fixed before (mask_fn)",
-        mask_fn=_fixed_masks(config, per_chip),
-        step_only=True,
-    )
-    no_drop = config.copy_and_resolve_references()
-    no_drop.model.dropout_rate = no_drop.model.attention_dropout_rate = 0.0
-    variant("dropout (threefry bits)", "step with both dropout rates 0", no_drop)
-    if "rbg" in extra:
-        rbg = config.copy_and_resolve_references()
-        rbg.model.dropout_rng = "rbg"
-        variant("dropout bits: threefry -> rbg (saving)", "step with dropout_rng=rbg", rbg)
-    one_p = config.copy_and_resolve_references()
-    p = config.masking.max_predictions_per_seq
-    one_p.masking.max_predictions_per_seq = 1
-    f, b = total(plan_lib.one_chip_costs(one_p, s, mesh, parts=same))
-    k = p / (p - 1)
-    rows.append(
-        (
-            f"MLM head at {p} positions",
-            k * (rows[0][1] - f),
-            k * (rows[0][2] - b),
-            f"step with max_predictions_per_seq {p} -> 1, difference x {p}/{p - 1}",
-        )
-    )
-    att = _attention_cost(base["trainer"])
-    apps = mc.applications
-    rows.append(
-        (
-            "attention core",
-            apps * att.get("flops", 0.0),
-            apps * att.get("bytes accessed", 0.0),
-            f"compiled alone (fwd+bwd, dropout on the probabilities) x {apps} layers; not "
-            "switched off",
-        )
-    )
-    up = base["update"]
-    rows.append(
-        (
-            "update (grad norm, clip, optimizer)",
-            shard * up.get("flops", 0.0),
-            shard * up.get("bytes accessed", 0.0),
-            f"compiled alone on the full state, x this chip's shard ({shard:.3f})",
-        )
-    )
-    return rows, per_chip
-
-
-def _parts_markdown(rows, chip, run, topology, per_chip, config) -> str:
-    from zhlm.train import plan as plan_lib
-
-    base_t = plan_lib.roofline(chip, rows[0][1], rows[0][2])
-    lines = [
-        f"### What each part of the {run.name.split(',')[0]} step costs on {topology} "
-        f"(per chip: {per_chip} x {run.seq}, {config.optim.name}, bf16, FSDP)",
-        "",
-        "| part | GFLOPs | share | GB accessed | share | roofline ms alone | how |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, f, b, how in rows:
-        t = plan_lib.roofline(chip, f, b)
-        lines.append(
-            f"| {name} | {f / 1e9:,.1f} | {f / rows[0][1]:.1%} | {b / 1e9:,.2f} | "
-            f"{b / rows[0][2]:.1%} | {t['seconds'] * 1e3:.2f} ({t['bound']}) | {how} |"
-        )
-    lines += [
-        "",
-        f"Whole step: roofline {base_t['seconds'] * 1e3:.2f} ms per chip ({base_t['bound']}-"
-        f"bound: compute {base_t['compute_seconds'] * 1e3:.2f} ms, HBM "
-        f"{base_t['hbm_seconds'] * 1e3:.2f} ms); collectives not included. A part's figures "
-        "are the whole step's minus the step compiled without it (so XLA's fusion choices "
-        "for the rest may shift them a little), except where it says 'compiled alone'. "
-        "'Roofline ms alone' is the part's own bound (max of its FLOPs at peak and its bytes "
-        "at HBM bandwidth); in the step the parts overlap. A negative figure: the step "
-        "without that part, or with that change, accesses more by XLA's count (rbg's bits "
-        "are the output of an RngBitGenerator op, threefry's are elementwise ops fused into "
-        "their users; without dropout, attention takes jax.nn.dot_product_attention).",
-    ]
-    return "\n".join(lines)
