@@ -512,11 +512,11 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     unigram stage), MSRA NER stayed at all O (F1 0) while a random encoder learned. That
     encoder gave every token one vector up to scale; the run now says so, and prints the
     label prior's loss, the plateau such a run sits at."""
-    from types import SimpleNamespace
+    import functools
 
     import jax
 
-    from zhlm.finetune import heads, train
+    from zhlm.finetune import diagnose, heads, train
     from zhlm.train.optim import make_optimizer
 
     config = train.get_base_config("tiny")
@@ -529,11 +529,12 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     features = ner_features.ner_features(
         [example(text, spans) for text, spans in sentences * 2], tokenizer, MSRA_LABELS, 32, 30
     )
-    data = SimpleNamespace(train=features.arrays, num_train=4)
     model = heads.build_head(config)
     steps = train._Steps(model, config, lambda p: make_optimizer(config.optim, 10, p)[0])
     fresh = heads.init_params(model, jax.random.key(1), 32)
-    assert train._top_direction_share(steps, config, data, fresh) < 0.5
+    batch = next(train._batches(features.arrays, 4, np.arange(4)))
+    x = np.asarray(steps.encode(fresh, batch), np.float64)
+    assert diagnose.top_direction_share(x, batch) < 0.5
     collapsed = jax.tree_util.tree_map(np.asarray, fresh)
     emb = collapsed["embeddings"]
     table = emb["word_embeddings"]["embedding"]
@@ -542,9 +543,10 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     for name in ("position_embeddings", "token_type_embeddings"):
         emb[name]["embedding"] = np.zeros_like(emb[name]["embedding"])
 
-    diagnosis = train._diagnose(config, data, steps, collapsed)
+    encode = functools.partial(steps.encode, collapsed)
+    diagnosis = diagnose.diagnose("ner", features.arrays, batch, encode)
 
-    assert diagnosis["init_top_direction_share"] > train.COLLAPSED_SHARE
+    assert diagnosis["init_top_direction_share"] > diagnose.COLLAPSED_SHARE
     assert "token representations have collapsed" in capsys.readouterr().out
     labels = features.arrays["labels"]
     p = np.bincount(labels[labels >= 0]) / (labels >= 0).sum()

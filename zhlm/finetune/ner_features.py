@@ -16,8 +16,8 @@ entity with a space inside can still be matched exactly.
 Windows: a sentence whose tokens do not fit in ``max_seq_length - 2`` is cut into windows that
 start ``stride`` tokens apart, the last ending at the last token, so together they cover every
 token. Of the windows holding a word's first piece, the one giving it the most context on both
-sides (BERT's max-context rule, the one :mod:`zhlm.finetune.tasks` uses for MRC) gives its
-prediction; the others still train on it.
+sides (BERT's max-context rule, as MRC: :func:`zhlm.finetune.tasks.max_context_window`) gives
+its prediction; the others still train on it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 
 from zhlm import paths
 from zhlm import workdir as layout
-from zhlm.finetune import ner, ner_features, tasks
+from zhlm.finetune import mrc, ner, ner_features, tasks
 from zhlm.finetune.train import load_finetuned
 from zhlm.train.checkpoint import VOCAB
 
@@ -80,9 +80,9 @@ def _records(task, examples, tokenizer, forward, config) -> list[str]:
     size = config.train.batch_size
     if task.kind == "mrc":
         args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
-        features = tasks.mrc_features(examples, *args)
+        features = mrc.mrc_features(examples, *args)
         out = _run(features.arrays, size, forward)
-        answers = tasks.best_answers(
+        answers = mrc.best_answers(
             features, examples, out["start_logits"], out["end_logits"], task.n_best_size,
             task.max_answer_length,
         )  # fmt: skip

@@ -20,10 +20,11 @@ SQuAD layout, so that ``zhlm-cmrc-eval workdir/eval_set.json workdir/predictions
 reproduces the F1; for NER ``predictions_dev.jsonl`` (entity spans with their text) and the
 best run's scores by entity type in ``results.json``.
 
-Before training, two diagnostics are printed and kept in ``results.json`` (``_diagnose``): the
-loss of predicting the label prior, where a run that uses nothing of its input stays, and, for a
-pretrained init, how much of its encoder output's variance lies along one direction: near all
-of it means the init's token representations have collapsed (a warning says so).
+Before training, two diagnostics are printed and kept in ``results.json``
+(:mod:`zhlm.finetune.diagnose`): the loss of predicting the label prior, where a run that uses
+nothing of its input stays, and, for a pretrained init, how much of its encoder output's
+variance lies along one direction: near all of it means the init's token representations have
+collapsed (a warning says so).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import optax
 
 from zhlm import defaults, paths
 from zhlm import workdir as layout
-from zhlm.finetune import heads, ner, ner_features, ner_metric, tasks
+from zhlm.finetune import diagnose, heads, mrc, ner, ner_features, ner_metric, tasks
 from zhlm.models import dropout_rngs
 from zhlm.train import checkpoint, curves, sharding, sums
 from zhlm.train import metrics as metrics_lib
@@ -79,7 +80,10 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
         flush=True,
     )
     pretrained = None if loaded is None else loaded.with_task_heads()
-    diagnosis = _diagnose(config, data, steps, pretrained)
+    first = np.arange(min(train.batch_size, data.num_train))
+    encode = None if pretrained is None else (lambda batch: steps.encode(pretrained, batch))
+    batch = next(_batches(data.train, train.batch_size, first))
+    diagnosis = diagnose.diagnose(config.task.kind, data.train, batch, encode)
     metrics_file = root / layout.METRICS
     if metrics_file.exists():  # a run is not resumed: its curves start afresh
         metrics_file.unlink()
@@ -105,74 +109,6 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
         flush=True,
     )
     return results
-
-
-# An init whose encoder output has more than this share of its variance along one direction
-# has lost its tokens' identities (see _diagnose).
-COLLAPSED_SHARE = 0.9
-
-
-def _diagnose(config, data, steps, pretrained) -> dict:
-    """Two numbers that tell a run stuck at the label prior (NER: all O, F1 0) from a slow one,
-    printed and kept in results.json. ``label_prior_loss``: the cross-entropy of predicting the
-    training labels' frequencies, where a loss that learns nothing of the input stays.
-    ``init_top_direction_share`` (pretrained inits): the share of the variance of the encoder's
-    outputs on the first training batch along their top direction. A random tiny encoder gives
-    4% (MSRA); ERNIE tiny after 600 steps on the bundled sample, whose MLM never left the
-    unigram stage (accuracy 2.8%, the most frequent token), gave 99.9%: every token comes out
-    as one vector, the head can learn only the prior, and a 375-step MSRA run (4,000
-    sentences) from it stayed at F1 0 (dev, first 1,000 sentences) where a random encoder
-    reached 10.8 (issue 14)."""
-    out = {}
-    prior = _label_prior_loss(config.task.kind, data.train)
-    if prior is not None:
-        out["label_prior_loss"] = prior
-        print(
-            f"zhlm-finetune: label prior loss {prior:.4f} (a train loss that stays there "
-            "uses nothing of the input)",
-            flush=True,
-        )
-    if pretrained is None:
-        return out
-    share = _top_direction_share(steps, config, data, pretrained)
-    out["init_top_direction_share"] = share
-    if share > COLLAPSED_SHARE:
-        print(
-            f"zhlm-finetune: warning: the init's encoder output has {100 * share:.1f}% of its "
-            "variance along one direction: its token representations have collapsed (an MLM "
-            "still at the unigram stage does this), so fine-tuning starts from nothing and may "
-            "predict only the most frequent label for many steps; pretrain longer",
-            flush=True,
-        )
-    return out
-
-
-def _label_prior_loss(kind: str, train: dict) -> float | None:
-    """Entropy of the training labels (NER: the labelled tokens'); None for MRC."""
-    if kind == "mrc":
-        return None
-    labels = train["labels"] if kind == "ner" else train["label"]
-    counts = np.bincount(labels[labels >= 0].ravel())
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
-
-
-def _top_direction_share(steps, config, data, pretrained) -> float:
-    """Variance share of the top direction of the encoder's centred outputs at the real tokens
-    (less [CLS]) of the first training batch; 1 when they have no variance at all."""
-    first = np.arange(min(config.train.batch_size, data.num_train))
-    batch = next(_batches(data.train, config.train.batch_size, first))
-    x = np.asarray(jax.device_get(steps.encode(pretrained, batch)), np.float64)
-    real = batch["attention_mask"] > 0
-    real[:, 0] = False
-    real &= batch["weight"][:, None] > 0
-    h = x[real]
-    centred = h - h.mean(0)
-    energy = np.square(centred).sum()
-    if energy <= 1e-10 * max(np.square(h).sum(), 1e-30):
-        return 1.0
-    top = np.linalg.svd(centred, compute_uv=False)[0] ** 2
-    return float(top / energy)
 
 
 def _pretrained(config, init) -> checkpoint.Loaded | None:
@@ -220,8 +156,8 @@ class _Data:
         self.num_train_examples = len(train)
         if task.kind == "mrc":
             args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
-            self.train = tasks.mrc_features(train, *args).arrays
-            self.features = tasks.mrc_features(self.examples, *args)
+            self.train = mrc.mrc_features(train, *args).arrays
+            self.features = mrc.mrc_features(self.examples, *args)
             self.eval = self.features.arrays
         elif task.kind == "ner":  # tasks.read_task has set task.labels (given or inferred)
             stride = ner_features.task_stride(task)
@@ -416,7 +352,7 @@ def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
         return {k: micro[k] for k in ("f1", "precision", "recall")}, tags
     if task.kind != "mrc":
         return {"accuracy": 100 * tasks.accuracy(merged["logits"], data.eval["label"])}, None
-    predictions = tasks.predict_answers(
+    predictions = mrc.predict_answers(
         data.features,
         data.examples,
         merged["start_logits"],
@@ -424,7 +360,7 @@ def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
         task.n_best_size,
         task.max_answer_length,
     )
-    score = tasks.mrc_score(data.examples, predictions)
+    score = mrc.mrc_score(data.examples, predictions)
     return {"f1": score.f1, "em": score.em, "average": score.average}, predictions
 
 
