@@ -204,16 +204,20 @@ def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: 
     pre = os.path.join(folder, "pretrain")
     config = pretrain_config(variant, scale)
     timing = _Timing(folder)
+    tasks = scale_tasks(ablation, scale_name)
+    done = {t: os.path.join(folder, t, layout.RESULTS) for t in tasks}
     steps = layout.checkpoint_steps(pre)
-    if not steps or steps[-1] < config.train.num_steps:  # no finished pretraining yet
+    finished = bool(steps) and steps[-1] >= config.train.num_steps
+    # Only a fine-tuning still to run needs the checkpoint: a variant whose results are all
+    # kept (tools/results keeps no checkpoints) is read back, not pretrained again.
+    if not finished and not all(map(os.path.isfile, done.values())):
         with timing("pretrain"):
             train_and_evaluate(config, pre)
     evals = metrics.read(pre, "eval")
     out = {"pretrain": evals[-1] if evals else {}, "params": param_count(config)}
-    for task in scale_tasks(ablation, scale_name):
-        done = os.path.join(folder, task, layout.RESULTS)
-        if os.path.isfile(done):
-            with open(done, encoding="utf-8") as f:
+    for task in tasks:
+        if os.path.isfile(done[task]):
+            with open(done[task], encoding="utf-8") as f:
                 out[task] = json.load(f)
         else:
             with timing(task):

@@ -11,11 +11,16 @@ Each table is one function in ``TABLES``; the paper's figure stands beside ours.
 ablations (``tools/ablation_tables.py``) pretrain and fine-tune (``tools/ablations.py``: what
 each scale runs; ``tools/ablation_paper.py``: the commands at paper scale); their runs are
 kept in ``--workdir`` and reused, so an interrupted ``mini`` table continues where it stopped.
-The table is printed and written to ``WORKDIR/TABLE-SCALE.md``. ``tpu_plan`` compiles the
-papers' runs for Cloud TPU slices here (``tools/tpu_plan.py``, libtpu's compiler, no TPU) and
-keeps each compiled plan in ``--workdir`` (default ``/tmp/zhlm_tpu_plan``), so a rerun is
-instant; ``--loader_records_per_second`` gives it the loader's rate, else it measures it
-(``tools/bench.py loader``).
+The table is printed and written to ``WORKDIR/TABLE-SCALE.md`` (``WORKDIR/tpu_plan.md``).
+``tpu_plan`` compiles the papers' runs for Cloud TPU slices here (``tools/tpu_plan.py``,
+libtpu's compiler, no TPU) and keeps each compiled plan in ``--workdir`` (default
+``/tmp/zhlm_tpu_plan``), so a rerun is instant; ``--loader_records_per_second`` gives it the
+loader's rate, else it measures it (``tools/bench.py loader``).
+
+``tools/results`` is the record of what these runs measured (``--workdir tools/results`` for
+the ablations, ``--workdir tools/results/tpu_plan`` for the plans; its ``.gitignore`` keeps
+the tables, results and plans, not the checkpoints), so that a later run adds to it: a variant
+whose fine-tunings are all kept is read back, not trained again.
 """
 
 import argparse
@@ -249,7 +254,8 @@ def main(argv=None):
     else:
         text = TABLES[args.table](args.scale, os.path.join(args.workdir, args.scale))
     os.makedirs(args.workdir, exist_ok=True)
-    with open(os.path.join(args.workdir, f"{args.table}-{args.scale}.md"), "w") as f:
+    name = "tpu_plan" if args.table == "tpu_plan" else f"{args.table}-{args.scale}"  # no scale
+    with open(os.path.join(args.workdir, f"{name}.md"), "w") as f:
         f.write(text + "\n")
     print(text)
 
