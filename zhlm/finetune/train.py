@@ -29,6 +29,7 @@ collapsed (a warning says so).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -80,10 +81,11 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
         flush=True,
     )
     pretrained = None if loaded is None else loaded.with_task_heads()
-    first = np.arange(min(train.batch_size, data.num_train))
-    encode = None if pretrained is None else (lambda batch: steps.encode(pretrained, batch))
-    batch = next(_batches(data.train, train.batch_size, first))
-    diagnosis = diagnose.diagnose(config.task.kind, data.train, batch, encode)
+    first = next(
+        _batches(data.train, train.batch_size, np.arange(min(train.batch_size, data.num_train)))
+    )
+    encode = None if pretrained is None else functools.partial(steps.encode, pretrained)
+    diagnosis = diagnose.diagnose(config.task.kind, data.train, first, encode)
     metrics_file = root / layout.METRICS
     if metrics_file.exists():  # a run is not resumed: its curves start afresh
         metrics_file.unlink()
