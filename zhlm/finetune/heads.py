@@ -11,7 +11,8 @@ the init folder has them.
 The numerics are those of ``BertForSequenceClassification`` (dropout on the pooled output, then
 a Dense), ``BertForTokenClassification`` (dropout on every token, then a Dense) and
 ``BertForQuestionAnswering`` (a Dense(2) on every token, no dropout), which
-``tests/test_finetune.py`` checks against transformers.
+``tests/test_finetune.py`` checks against transformers; so are the losses at the end
+(``LOSSES``, one per task kind), which the fine-tuning step (:mod:`zhlm.finetune.train`) takes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import flax.traverse_util as traverse
 import jax
 import jax.numpy as jnp
 import ml_collections
+import optax
 
 from zhlm.models import Model, dummy_inputs, model_config
 from zhlm.models.layers import dense
@@ -28,7 +30,7 @@ from zhlm.models.layers import dense
 # The parts of a pretrained tree a task model reuses.
 ENCODER_PARTS = ("embeddings", "encoder", "pooler")
 # Model keys that describe how to run, not what was trained: the fine-tuning config keeps its own.
-RUNTIME_KEYS = ("dtype", "param_dtype", "remat", "dropout_rng")
+RUNTIME_KEYS = ("dtype", "param_dtype", "remat", "dropout_rng", "attention_impl")
 
 
 class SequenceClassifier(Model):
@@ -92,7 +94,8 @@ def init_params(model: nn.Module, rng, seq_len: int):
 
 def adopt_model(config: ml_collections.ConfigDict, pretrained_model) -> None:
     """Sets ``config.model`` to the pretrained model's architecture, keeping the fine-tuning
-    config's :data:`RUNTIME_KEYS` (compute dtype, rematerialisation, dropout's PRNG)."""
+    config's :data:`RUNTIME_KEYS` (compute dtype, rematerialisation, dropout's PRNG, attention
+    kernels)."""
     for key, value in pretrained_model.items():
         if key not in RUNTIME_KEYS:
             config.model[key] = value
@@ -118,3 +121,42 @@ def merge(fresh: dict, pretrained: dict, kind: str) -> tuple[dict, list[str]]:
         out[part] = traverse.unflatten_dict({k: jnp.asarray(old[k], new[k].dtype) for k in new})
     left_fresh = [part for part in out if out[part] is fresh[part]]
     return out, left_fresh
+
+
+# Each loss gives, per row, a loss sum and how many targets it has, so that the step's loss is
+# a mean over real targets: rows for classification and MRC, labelled tokens for NER (as
+# BertForTokenClassification's mean over the tokens whose label is not ignored).
+
+
+def classification_loss(outputs, batch):
+    ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["label"])
+    return ce, jnp.ones_like(ce)
+
+
+def span_loss(outputs, batch):
+    """Mean of the start and end cross-entropies over the real tokens of each window."""
+    real = batch["attention_mask"] > 0
+
+    def cross_entropy(logits, target):
+        logits = jnp.where(real, logits, -1e9)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, target)
+
+    start = cross_entropy(outputs["start_logits"], batch["start_position"])
+    loss = (start + cross_entropy(outputs["end_logits"], batch["end_position"])) / 2
+    return loss, jnp.ones_like(loss)
+
+
+def token_loss(outputs, batch):
+    """Cross-entropy at the labelled tokens (``labels >= 0``: first pieces of words)."""
+    labels = batch["labels"]
+    real = (labels >= 0).astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], jnp.maximum(labels, 0))
+    return jnp.sum(ce * real, -1), jnp.sum(real, -1)
+
+
+LOSSES = {
+    "classification": classification_loss,
+    "pair": classification_loss,
+    "mrc": span_loss,
+    "ner": token_loss,
+}

@@ -16,7 +16,7 @@ import io
 import json
 import os
 
-from zhlm.finetune import tables
+from zhlm.finetune import table_rows, tables
 
 SAMPLE_BYTES = 1 << 16
 SAMPLE_ROWS = 200
@@ -53,7 +53,7 @@ def _delimited(head: str, kind: str) -> str:
         return "one field a line: no tab or comma between fields"
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     rows = [r for r in csv.reader(io.StringIO(sample), delimiter=delimiter, quoting=quoting) if r]
-    header = rows[0] if rows and tables.is_header(rows[0]) else None
+    header = rows[0] if rows and table_rows.is_header(rows[0]) else None
     data = rows[1:] if header else rows
     width = collections.Counter(len(r) for r in data).most_common(1)[0][0] if data else 0
     what = f"{_DELIMITER_NAMES[delimiter]}-delimited, {width} columns, "
@@ -98,7 +98,7 @@ def _parquet(path) -> str:
 def _fields(fmt: str, keys: list, rows: list[dict], kind: str) -> str:
     """Where the label seems to be, and the flags that would read the file so."""
     named = [k for k in keys if isinstance(k, str)]
-    label = tables.first_column(named, tables.LABEL_NAMES) or label_column(keys, rows)
+    label = tables.first_column(named, table_rows.LABEL_NAMES) or label_column(keys, rows)
     if label is None:
         return f"; no column looks like labels: try --config.task.format={fmt} and name them"
     values = sorted({str(r[label]) for r in rows if label in r})

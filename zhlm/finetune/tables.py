@@ -24,12 +24,9 @@ first row of a TSV/CSV is a header when a field of it is a usual name or a name 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import os
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 from zhlm.finetune.report import (
     EMPTY_TEXT,
@@ -38,24 +35,21 @@ from zhlm.finetune.report import (
     NO_GOLD_LABEL,
     UNKNOWN_LABEL,
     Path,
-    PositionDecoder,
     ReadReport,
     finish,
     guid,
-    lines,
-    read_utf8,
+)
+from zhlm.finetune.table_rows import (
+    DELIMITERS,
+    LABEL_NAMES,
+    SOURCES,
+    TEXT_B_NAMES,
+    TEXT_NAMES,
+    fields_row,
 )
 
-FORMATS = ("tsv", "csv", "jsonl", "json", "parquet", "datasets")
-DELIMITERS = {"tsv": "\t", "csv": ","}
+FORMATS = tuple(SOURCES)  # tsv, csv, jsonl, json, parquet, datasets
 _NO_GOLD = "-"
-# Header names accepted for each field, so that CLUE, ERNIE, XNLI and HF exports all read.
-TEXT_NAMES = ("text_a", "text", "sentence", "sentence1", "s1", "premise", "question1", "query1")
-TEXT_NAMES += ("review", "content", "title", "query", "question")
-TEXT_B_NAMES = ("text_b", "sentence2", "s2", "hypo", "hypothesis", "question2", "query2")
-LABEL_NAMES = ("label", "gold_label", "labels", "class", "sentiment")
-KNOWN_NAMES = frozenset(TEXT_NAMES + TEXT_B_NAMES + LABEL_NAMES)
-_UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a bad byte
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,13 +96,13 @@ def read_table(
     n_texts = 2 if kind == "pair" else 1
     if texts and len(texts) != n_texts:
         raise ValueError(f"config.task.text_fields={texts}: kind {kind!r} reads {n_texts} text(s)")
-    columns, rows = _SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
+    columns, rows = SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
     default = default or Layout(tuple(range(n_texts)), n_texts)
     layout = _layout(path, columns, texts, label, default, n_texts, require_label)
     examples = []
     for line, row in rows:
         if fmt in DELIMITERS:
-            row = _fields_row(row, columns, layout, fmt, report, line)
+            row = fields_row(row, columns, layout, fmt, report, line)
             if row is None:
                 continue
         value = row.get(layout.label) if layout.label is not None else None
@@ -137,172 +131,6 @@ def parse_field(field: str | int) -> str | int | None:
         return field
     field = field.strip()
     return int(field) if field.isdigit() else (field or None)
-
-
-# ------------------------------------------------------------------------------ row sources
-# Each returns (column names, or None for a headerless TSV/CSV, and an iterator of
-# (line, row)): rows are dicts, or lists of fields when there is no header.
-
-
-def _delimited(fmt: str):
-    def source(path, report, names):
-        rows = _csv_rows(path, report, DELIMITERS[fmt], fmt == "tsv")
-        first = next(rows, None)
-        if first is None:
-            return None, iter(())
-        line, fields = first
-        if is_header(fields, names):
-            return [f.strip() for f in fields], rows
-        return None, _chain([first], rows)
-
-    return source
-
-
-def _csv_rows(path, report, delimiter, tsv) -> Iterator[tuple[int, list[str]]]:
-    """(first line, fields) of each record that is not blank; csv does the quoting."""
-    quoting = {"quoting": csv.QUOTE_NONE} if tsv else {}
-    # A THUCNews body is past csv's default 128k-character field limit.
-    csv.field_size_limit(max(csv.field_size_limit(), 1 << 26))
-    # surrogateescape: a bad byte spoils its record only, reported below, not the whole file.
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter, **quoting)
-        last = 0
-        try:
-            for fields in reader:
-                line, last = last + 1, reader.line_num
-                if not any(field.strip() for field in fields):
-                    continue
-                if any(_UNDECODABLE.search(field) for field in fields):
-                    report.add(MALFORMED_LINE, line, "not UTF-8: an undecodable byte")
-                    continue
-                yield line, fields
-        except csv.Error as error:
-            report.add(MALFORMED_LINE, reader.line_num, f"{error}; the rest is not read")
-
-
-def is_header(fields: Sequence[str], names: Iterable[str] = ()) -> bool:
-    """Whether a first row names columns: a usual name, or one of ``names``, among its fields."""
-    wanted = KNOWN_NAMES | {n.lower() for n in names}
-    return any(field.strip().lower() in wanted for field in fields)
-
-
-def _fields_row(fields, header, layout, fmt, report, line) -> dict | None:
-    """A TSV/CSV record as {column: field}, keyed by header name or else by position. It must
-    have every column; a text in the last column takes any fields after it (THUCNews bodies hold
-    tabs, and so may a review), a record one field short or long is reported."""
-    keys = header or list(range(max(k for k in (*layout.texts, layout.label) if k is not None) + 1))
-    if len(fields) > len(keys) and keys[-1] in layout.texts:
-        fields = fields[: len(keys) - 1] + [DELIMITERS[fmt].join(fields[len(keys) - 1 :])]
-    if len(fields) != len(keys):
-        report.add(MALFORMED_LINE, line, _count_message(fields, len(keys), fmt))
-        return None
-    return dict(zip(keys, fields, strict=True))
-
-
-def _count_message(fields, expected, fmt) -> str:
-    kind = "tab" if fmt == "tsv" else "comma"
-    return f"{len(fields)} {kind}-separated fields, expected {expected}"
-
-
-def _chain(first, rest):
-    yield from first
-    yield from rest
-
-
-def _jsonl(path, report, names):
-    rows = list(_jsonl_rows(path, report))
-    return _keys(rows), iter(rows)
-
-
-def _jsonl_rows(path, report) -> Iterator[tuple[int, dict]]:
-    for line, text in lines(path, report):
-        try:
-            item = json.loads(text)
-        except json.JSONDecodeError as error:
-            report.add(MALFORMED_LINE, line, f"invalid JSON: {error.msg} at column {error.colno}")
-            continue
-        if not isinstance(item, dict):
-            report.add(MALFORMED_LINE, line, f"expected a JSON object, got {type(item).__name__}")
-            continue
-        yield line, item
-
-
-def _json(path, report, names):
-    text = read_utf8(path, report)
-    if text is None:
-        return None, iter(())
-    decoder = PositionDecoder(text)
-    try:
-        items = decoder.decode(text)
-    except json.JSONDecodeError as error:
-        hint = "; one object per line is format jsonl" if error.msg == "Extra data" else ""
-        report.add(MALFORMED_LINE, error.lineno, f"invalid JSON: {error.msg}{hint}")
-        return None, iter(())
-    if not isinstance(items, list):
-        report.add(
-            MALFORMED_LINE, 1, f"expected a JSON list of objects, got {type(items).__name__}"
-        )
-        return None, iter(())
-    rows = []
-    for item in items:
-        line = decoder.line(item) or 1
-        if isinstance(item, dict):
-            rows.append((line, item))
-        else:
-            report.add(MALFORMED_LINE, line, f"expected a JSON object, got {type(item).__name__}")
-    return _keys(rows), iter(rows)
-
-
-def _keys(rows) -> list[str]:
-    """Column names of JSON rows: the keys in the order they first appear."""
-    return list(dict.fromkeys(key for _, row in rows[:100] for key in row))
-
-
-def _parquet(path, report, names):
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pyarrow.ArrowInvalid, OSError) as error:
-        report.add(MALFORMED_LINE, None, f"not a parquet file: {error}")
-        return None, iter(())
-    return table.column_names, enumerate(table.to_pylist(), start=1)
-
-
-def _datasets(path, report, names):
-    try:
-        import datasets
-    except ImportError as error:
-        raise ImportError("format datasets needs `pip install 'zhlm[datasets]'`") from error
-    loaded = datasets.load_from_disk(os.fspath(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        splits = ", ".join(loaded)
-        raise ValueError(f"{path} holds the splits {splits}: point at one, e.g. {path}/train")
-    class_labels = {
-        name: feature.names
-        for name, feature in loaded.features.items()
-        if isinstance(feature, datasets.ClassLabel)
-    }
-    return list(loaded.column_names), _named_classes(loaded, class_labels)
-
-
-def _named_classes(dataset, class_labels) -> Iterator[tuple[int, dict]]:
-    for line, row in enumerate(dataset, start=1):
-        for name, classes in class_labels.items():
-            value = row[name]
-            row[name] = classes[value] if isinstance(value, int) and value >= 0 else None
-        yield line, row
-
-
-_SOURCES = {
-    "tsv": _delimited("tsv"),
-    "csv": _delimited("csv"),
-    "jsonl": _jsonl,
-    "json": _json,
-    "parquet": _parquet,
-    "datasets": _datasets,
-}
 
 
 # ---------------------------------------------------------------------------------- layout

@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from zhlm import defaults, paths
 from zhlm import workdir as layout
@@ -185,52 +184,13 @@ def _batches(arrays: dict, batch_size: int, order: np.ndarray):
         yield dict({k: v[rows] for k, v in arrays.items()}, weight=weight)
 
 
-# Each loss gives, per row, a loss sum and how many targets it has, so that the step's loss is
-# a mean over real targets: rows for classification and MRC, labelled tokens for NER (as
-# BertForTokenClassification's mean over the tokens whose label is not ignored).
-
-
-def classification_loss(outputs, batch):
-    ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["label"])
-    return ce, jnp.ones_like(ce)
-
-
-def span_loss(outputs, batch):
-    """Mean of the start and end cross-entropies over the real tokens of each window."""
-    real = batch["attention_mask"] > 0
-
-    def cross_entropy(logits, target):
-        logits = jnp.where(real, logits, -1e9)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, target)
-
-    start = cross_entropy(outputs["start_logits"], batch["start_position"])
-    loss = (start + cross_entropy(outputs["end_logits"], batch["end_position"])) / 2
-    return loss, jnp.ones_like(loss)
-
-
-def token_loss(outputs, batch):
-    """Cross-entropy at the labelled tokens (``labels >= 0``: first pieces of words)."""
-    labels = batch["labels"]
-    real = (labels >= 0).astype(jnp.float32)
-    ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], jnp.maximum(labels, 0))
-    return jnp.sum(ce * real, -1), jnp.sum(real, -1)
-
-
-LOSSES = {
-    "classification": classification_loss,
-    "pair": classification_loss,
-    "mrc": span_loss,
-    "ner": token_loss,
-}
-
-
 class _Steps:
     """The jitted train step and forward pass of one task model and optimizer, data-parallel
     over the mesh of ``config.train.mesh`` (every local device by default), placed by the
     pretraining step's sharding code (``zhlm.train.state``, ``zhlm.train.sharding``)."""
 
     def __init__(self, model, config, tx_factory):
-        loss_fn = LOSSES[config.task.kind]
+        loss_fn = heads.LOSSES[config.task.kind]
         self.mesh = sharding.create_mesh(config)
         data = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
         if config.train.batch_size % data:
