@@ -253,3 +253,33 @@ def test_tpu_plan_quick_compiles_once_then_reads_its_cache(tmp_path, monkeypatch
 
     monkeypatch.setattr(plan, "compile_plan", never)
     assert tp.tpu_plan_table(workdir=str(tmp_path), quick=True, loader_rate=25000.0) == text
+
+    # The step code changes but lowers to the same program: the plan carries over, renamed.
+    real = tp.code_fingerprint
+    edited = lambda paths=tp.STEP_CODE: "edited" if paths == tp.STEP_CODE else real(paths)  # noqa: E731
+    monkeypatch.setattr(tp, "code_fingerprint", edited)
+    assert tp.tpu_plan_table(workdir=str(tmp_path), quick=True, loader_rate=25000.0) == text
+    assert [p.name.endswith("-edited.json") for p in tmp_path.glob("plan-*.json")] == [True]
+    # A config whose program differs finds no plan.
+    config = tp.run_config(tp.QUICK_RUNS[0])
+    config.model.attention_dropout_rate = 0.2
+    with pytest.raises(tp.NotCached):
+        tp.cached_plan(config, "v5litepod-1", str(tmp_path), cached_only=True)
+
+
+@pytest.mark.slow
+def test_flash_attention_compiles_into_the_sharded_step():
+    # The Pallas kernels inside the scanned layer, per shard of an fsdp=8 batch (shard_map).
+    import flax.linen as nn
+    import jax
+
+    from zhlm.train import sharding
+    from zhlm.train.state import abstract_key
+
+    config = _config("bert:tiny", batch=16, fsdp=8, attention_impl="flash")
+    _, trainer, state, batch = plan.build(config, "v5litepod-8")
+    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(sharding.rules(config)):
+        compiled = trainer.step_fn.lower(state, batch, abstract_key()).compile()
+    hlo = compiled.as_text()
+    assert hlo.count("tpu_custom_call") >= 2  # the forward and the backward kernel
+    assert compiled.memory_analysis().temp_size_in_bytes < 1e9

@@ -155,6 +155,13 @@ def _parts_rows(config, s, topology, extra):
             "switched off",
         )
     )
+    flash = config.copy_and_resolve_references()
+    flash.model.attention_impl = "flash"
+    variant(
+        "attention: xla -> flash kernels (saving)",
+        "step with model.attention_impl=flash",
+        flash,
+    )
     up = base["update"]
     rows.append(
         (

@@ -30,6 +30,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this host only traces; libtpu compiles
 
@@ -63,17 +64,21 @@ def run_config(run: Run, remat="none"):
     return c
 
 
-# The code whose change changes the compiled step: a plan compiled before is not reused.
+# The code whose change may change the compiled step: the fast way to know a kept plan is
+# current (its file name). When it changed, a plan still carries over if its program did not
+# (program_id).
 STEP_CODE = ("zhlm/models", "zhlm/masking", "zhlm/objectives.py", "zhlm/train/step.py")
 STEP_CODE += ("zhlm/train/optim.py", "zhlm/train/state.py", "zhlm/train/plan.py")
+# The code that turns a compiled program into a plan's numbers, which the program does not show.
+PLANNER_CODE = ("zhlm/train/plan.py", "zhlm/train/tpu.py", "zhlm/train/hlo_stats.py")
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(paths=STEP_CODE) -> str:
     import zhlm
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(zhlm.__file__)))
     h = hashlib.sha1()
-    for rel in STEP_CODE:
+    for rel in paths:
         path = os.path.join(root, rel)
         files = (
             [path]
@@ -86,6 +91,38 @@ def code_fingerprint() -> str:
             with open(name, "rb") as f:
                 h.update(f.read())
     return h.hexdigest()[:12]
+
+
+def program_id(config, topology) -> str:
+    """What a plan's numbers depend on: the step as lowered for the slice (StableHLO without
+    source locations), the slice, and the planner's code. An edit of the step code that leaves
+    the program as it was (a new option left off, a comment) keeps the id, so kept plans carry
+    over for 2 s of tracing instead of minutes of compiling each."""
+    import flax.linen as nn
+    import jax
+
+    from zhlm.train import plan as plan_lib
+    from zhlm.train import sharding
+    from zhlm.train.state import abstract_key
+
+    _, trainer, state, batch = plan_lib.build(config, topology)
+    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(sharding.rules(trainer.config)):
+        text = trainer.step_fn.lower(state, batch, abstract_key()).as_text()
+    h = hashlib.sha1(f"{topology}\n{code_fingerprint(PLANNER_CODE)}\n".encode())
+    h.update(text.encode())
+    return h.hexdigest()[:16]
+
+
+def _same_program(workdir, program, current):
+    """A kept plan of ``program`` in ``workdir``, or None; ``current`` ends the names of plans
+    of this step code (those are copied, not renamed: another config may name them)."""
+    import glob
+
+    for name in sorted(glob.glob(os.path.join(workdir, "plan-*.json"))):
+        with open(name, encoding="utf-8") as f:
+            if json.load(f).get("program") == program:
+                return name, name.endswith(f"-{current}.json")
+    return None, False
 
 
 def plan_key(config, topology) -> str:
@@ -107,17 +144,28 @@ class NotCached(LookupError):
 
 def cached_plan(config, topology, workdir, loader_rate=None, cached_only=False, stale=False):
     """``compile_plan`` through the JSON cache (files named by the config and slice, then
-    the step code's fingerprint); the host verdict is recomputed for the loader rate of this
-    run (it is not part of the compiled program). ``stale``: with ``cached_only``, a plan
-    compiled from other step code may stand in; it says so (``stale_code``)."""
+    the step code's fingerprint; a plan whose :func:`program_id` is this one's is taken over
+    under the new name when the code changed but the program did not); the host verdict is
+    recomputed for the loader rate of this run (it is not part of the compiled program).
+    ``stale``: with ``cached_only``, a plan compiled from other step code may stand in; it says
+    so (``stale_code``)."""
     import glob
 
     from zhlm.train import plan as plan_lib
     from zhlm.train import tpu
 
-    key = plan_key(config, topology)
-    path = os.path.join(workdir, f"plan-{key}-{code_fingerprint()}.json")
+    key, current = plan_key(config, topology), code_fingerprint()
+    path = os.path.join(workdir, f"plan-{key}-{current}.json")
     older = sorted(glob.glob(os.path.join(workdir, f"plan-{key}-*.json")), key=os.path.getmtime)
+    program = None
+    if not os.path.exists(path) and os.path.isdir(workdir):
+        program = program_id(config, topology)
+        kept, in_use = _same_program(workdir, program, current)
+        if kept:  # the step code changed, this program did not: the plan carries over
+            if in_use:
+                shutil.copyfile(kept, path)
+            else:
+                os.replace(kept, path)
     if os.path.exists(path) or (cached_only and stale and older):
         with open(path if os.path.exists(path) else older[-1], encoding="utf-8") as f:
             p = json.load(f)
@@ -126,6 +174,7 @@ def cached_plan(config, topology, workdir, loader_rate=None, cached_only=False, 
         raise NotCached(path)
     else:
         p = _slim(plan_lib.compile_plan(config, topology))
+        p["program"] = program or program_id(config, topology)
         os.makedirs(workdir, exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(p, f, indent=1)

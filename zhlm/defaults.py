@@ -38,6 +38,7 @@ def _model():
             param_dtype="float32",  # master weights
             remat="none",  # rematerialise each layer: none, full, or dots (save matmul outputs)
             dropout_rng="threefry",  # dropout bits: threefry (same on any mesh) or rbg
+            attention_impl="xla",  # attention core: xla, or flash (Pallas TPU kernels, S <= 512)
             # Hugging Face family of an export: bert, ernie or albert (empty: albert for a
             # factorised embedding, else bert). Imports set it from the folder's model_type.
             export_family="",

@@ -22,6 +22,7 @@ SHARING = ("none", "all", "attention", "ffn")
 SENTENCE_HEADS = ("nsp", "sop", "none")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 DROPOUT_RNGS = ("threefry", "rbg")
+ATTENTION_IMPLS = ("xla", "flash")
 # Parameters with a vocabulary axis first, padded to ModelConfig.padded_vocab_size rows.
 VOCAB_LEAVES = ("embeddings/word_embeddings/embedding", "mlm/decoder/bias", "sbo/decoder/bias")
 
@@ -85,6 +86,7 @@ def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
         param_dtype=DTYPES[_choice("param_dtype", model.param_dtype, tuple(DTYPES))],
         remat=_choice("remat", model.remat, tuple(REMAT_POLICIES)),
         dropout_rng=_choice("dropout_rng", model.dropout_rng, DROPOUT_RNGS),
+        attention_impl=_choice("attention_impl", model.attention_impl, ATTENTION_IMPLS),
     )
 
 

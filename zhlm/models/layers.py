@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zhlm.models import flash
+
 # Sharding constraints on activations. Besides steering layouts, they are needed for
 # correctness: without them on the heads' inputs and logits, XLA picked a layout for the tied
 # decoder's [B,P,H] x [V,H] product that gave wrong gradients (loss right, embedding and head
@@ -61,6 +63,7 @@ class ModelConfig:
     param_dtype: jnp.dtype
     remat: str
     dropout_rng: str  # PRNG of dropout's bits: threefry (exact on any mesh) or rbg
+    attention_impl: str  # the attention core: xla, or flash (zhlm.models.flash, on TPU)
 
     @property
     def padded_vocab_size(self) -> int:
@@ -287,6 +290,19 @@ def attention(q, k, v, mask, dropout: nn.Dropout, deterministic: bool):
     return attention_with_dropout(q, k, v, mask, lambda p: dropout(p, deterministic=False))
 
 
+def attention_flash(q, k, v, mask, rate: float, rng):
+    """The attention core as :mod:`zhlm.models.flash`'s kernels, with dropout ``rate`` drawn
+    from ``rng`` (None: no dropout) as a [B, H, S, S] keep mask sharded like the scores."""
+    b, s, h, _ = q.shape
+    keep = None
+    if rate and rng is not None:
+        keep = jax.random.bernoulli(rng, 1.0 - rate, (b, h, s, s))
+        keep = nn.with_logical_constraint(keep, ("batch", "heads", None, None))
+    else:
+        rate = 0.0
+    return flash.sharded(q, k, v, mask, keep, rate)
+
+
 def attention_with_dropout(q, k, v, mask, drop):
     """The unfused path: ``jax.nn.dot_product_attention`` has no dropout on the probabilities.
     Softmax in float32 whatever the compute dtype, as the fused path does."""
@@ -320,7 +336,14 @@ class TransformerLayer(nn.Module):
         q = qkv(name="query")(x, idx)
         k = qkv(name="key")(x, idx)
         v = qkv(name="value")(x, idx)
-        ctx = attention(q, k, v, mask, nn.Dropout(cfg.attention_dropout_rate), self.deterministic)
+        if cfg.attention_impl == "flash":
+            train = not self.deterministic and cfg.attention_dropout_rate
+            rng = self.make_rng("dropout") if train else None
+            ctx = attention_flash(q, k, v, mask, cfg.attention_dropout_rate, rng)
+        else:
+            ctx = attention(
+                q, k, v, mask, nn.Dropout(cfg.attention_dropout_rate), self.deterministic
+            )
         out = StackedDense(
             (a, d), (h,), ("heads", "kv", "embed"), sets, cfg, name="attention_output"
         )(ctx, idx)
