@@ -23,7 +23,8 @@ sequence per chip an HBM-bound step is mostly weight traffic. ``--find_batch`` u
 ``plan.find_batch`` instead (largest that fits, many compiles).
 
 Every plan is kept as JSON in the workdir, keyed by the config and the slice, so a rerun only
-compiles what is new; ``--quick`` plans only the tiny test row on the first generations.
+compiles what is new (after an edit of the step code, what lowers to a new program:
+``program_id``); ``--quick`` plans only the tiny test row on the first generations.
 """
 
 import hashlib
