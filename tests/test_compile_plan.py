@@ -239,13 +239,63 @@ def test_micro_batch_choice_is_a_power_of_two_dividing_the_per_chip_batch():
     assert b in (8, 16, 32, 64) and 256 % b == 0  # 111 MB a sequence measured: ~50 fit
 
 
+def test_plan_cache_serves_only_this_compilers_whole_plans(tmp_path, monkeypatch):
+    """The JSON cache without compiling (compile_plan and program_id faked): a plan by another
+    compiler is not current, a file that is not a plan is compiled over, and the MFU a plan
+    shows is zhlm's formula of today, not the one stored."""
+    import json
+
+    tp = _tools_module("tpu_plan")
+    compiles = []
+
+    def fake_compile(config, topology):
+        compiles.append(topology)
+        comm = dict(bytes=4e9, cross_slice_bytes=0.0, ops=["all-reduce.1"])
+        time = dict(step_seconds=1.0, sequences_per_second=1.0, mfu=0.5, mfu_without_hbm=0.5)
+        flops = dict(flops=5e14, bytes_accessed=4e11, model_flops=1.0)
+        return dict(flops=flops, collectives={"all-reduce": comm}, time=time)
+
+    monkeypatch.setattr(plan, "compile_plan", fake_compile)
+    monkeypatch.setattr(tp, "program_id", lambda config, topology: "p1")
+    config, workdir = tp.run_config(tp.QUICK_RUNS[0]), str(tmp_path)
+    first = tp.cached_plan(config, "v5litepod-1", workdir, loader_rate=25000.0)
+    (path,) = tmp_path.glob("plan-*.json")
+    stored = json.loads(path.read_text())
+    assert stored["compiler"] == tp.compiler() and "libtpu" in stored["compiler"]
+    assert "ops" not in stored["collectives"]["all-reduce"] and len(compiles) == 1
+    # Recomputed on read: 5e14 FLOPs at v5e's 197 TFLOP/s bound the step (HBM 0.49 s).
+    model_flops = first["flops"]["model_flops"]
+    assert first["time"]["bound"] == "compute" and first["time"]["mfu"] == pytest.approx(
+        model_flops / 5e14
+    )
+    stored["time"]["mfu"] = 123.0  # as written by an older MFU formula
+    path.write_text(json.dumps(stored))
+    again = tp.cached_plan(config, "v5litepod-1", workdir, loader_rate=25000.0)
+    assert again["time"] == first["time"] and not again["stale_code"] and len(compiles) == 1
+
+    stored["compiler"] = "jax 0.0.1, jaxlib 0.0.1, libtpu none"
+    path.write_text(json.dumps(stored))
+    with pytest.raises(tp.NotCached):
+        tp.cached_plan(config, "v5litepod-1", workdir, cached_only=True)
+    assert tp.cached_plan(config, "v5litepod-1", workdir, cached_only=True, stale=True)[
+        "stale_code"
+    ]
+    assert not tp.cached_plan(config, "v5litepod-1", workdir)["stale_code"]  # compiled anew
+    assert len(compiles) == 2 and json.loads(path.read_text())["compiler"] == tp.compiler()
+
+    path.write_text('{"time": ')  # cut short
+    (tmp_path / "plan-0-0.json").write_text("[]")  # not a plan
+    assert tp.cached_plan(config, "v5litepod-1", workdir)["time"] == first["time"]
+    assert len(compiles) == 3 and not list(tmp_path.glob("*.tmp"))
+
+
 @pytest.mark.slow
 def test_tpu_plan_quick_compiles_once_then_reads_its_cache(tmp_path, monkeypatch):
     tp = _tools_module("tpu_plan")
     text = tp.tpu_plan_table(workdir=str(tmp_path), quick=True, loader_rate=25000.0)
     row = next(line for line in text.splitlines() if line.startswith("| tiny"))
     assert "| v5litepod | v5litepod-1 (1 chips) | 32 x 1, none |" in row, row
-    assert "(older step code)" not in row
+    assert "(older step code" not in row
     assert len(list(tmp_path.glob("plan-*.json"))) == 1
 
     def never(*args, **kwargs):

@@ -270,6 +270,23 @@ def _ours(path, kind, num_labels=2):
     return model, merged, left_fresh
 
 
+def test_fine_tuning_takes_the_architecture_and_keeps_its_own_way_to_run():
+    """The pretrained model's shape comes over; how to run it (heads.RUNTIME_KEYS) stays the
+    fine-tuning config's: a model pretrained with TPU flash kernels, bf16 and remat fine-tunes
+    with the config's own settings (XLA attention on a CPU)."""
+    pretrained = get_base_config("tiny").model
+    pretrained.update(
+        num_layers=3, hidden_size=96, dtype="bfloat16", remat="full", attention_impl="flash"
+    )
+    pretrained.dropout_rng = "rbg"
+    config = get_base_config("tiny")
+    heads.adopt_model(config, pretrained)
+    assert (config.model.num_layers, config.model.hidden_size) == (3, 96)
+    for key in heads.RUNTIME_KEYS:
+        assert config.model[key] == get_base_config("tiny").model[key], key
+    assert config.model.attention_impl == "xla" and config.model.dtype == "float32"
+
+
 @pytest.mark.parametrize("kind", ["classification", "mrc", "ner"])
 def test_a_task_models_encoder_is_the_pretraining_models(kind):
     """Same module names, shapes and dtypes as zhlm.models.Model for every reused part, and

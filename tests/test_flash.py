@@ -52,6 +52,15 @@ def test_flash_without_dropout_equals_dot_product_attention():
     q, k, v, w, mask, _ = _inputs(s=24, seed=1)
     want = jax.nn.dot_product_attention(q, k, v, mask=mask)
     np.testing.assert_allclose(flash_attention(q, k, v, mask), want, atol=1e-6)
+    # ... and so do its gradients (ALBERT trains without dropout: this backward pass)
+    fns = (
+        lambda *a: jax.nn.dot_product_attention(*a, mask=mask),
+        lambda *a: flash_attention(*a, mask),
+    )
+    grads = [jax.grad(lambda *a, f=f: jnp.sum(f(*a) * w), argnums=(0, 1, 2)) for f in fns]
+    for want, got in zip(grads[0](q, k, v), grads[1](q, k, v), strict=True):
+        np.testing.assert_allclose(got, want, atol=2e-6)
+        assert float(jnp.abs(want).max()) > 0.1
 
 
 def test_flash_refuses_what_it_cannot_do():
@@ -67,7 +76,9 @@ def test_flash_refuses_what_it_cannot_do():
 
 @pytest.mark.parametrize("recipe", ["bert", "albert"])
 def test_models_with_flash_attention_equal_the_xla_path(recipe):
-    xla, flash = build_model(tiny(recipe)), build_model(tiny(recipe, attention_impl="flash"))
+    # No hidden dropout: what moves the training loss below is attention dropout alone.
+    xla = build_model(tiny(recipe, dropout_rate=0.0))
+    flash = build_model(tiny(recipe, dropout_rate=0.0, attention_impl="flash"))
     variables = init_variables(xla, jax.random.key(0))
     want, got = xla.apply(variables, *batch()), flash.apply(variables, *batch())
     for name in ("sequence_output", "mlm_logits"):
@@ -85,7 +96,8 @@ def test_models_with_flash_attention_equal_the_xla_path(recipe):
     value, grads = jax.value_and_grad(loss)(params, jax.random.key(1))
     assert float(loss(params, jax.random.key(1))) == pytest.approx(float(value), rel=1e-6)
     moved = abs(float(loss(params, jax.random.key(2))) - float(value)) / abs(float(value))
-    assert (moved > 1e-3) == (flash.config.attention_dropout_rate > 0)  # fresh key, fresh masks
+    # Fresh key, fresh attention masks (BERT 0.1); ALBERT has no dropout: the same loss.
+    assert (moved > 1e-3) == (flash.config.attention_dropout_rate > 0), moved
     assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
 
 
@@ -98,7 +110,7 @@ SHARDED_CHILD = textwrap.dedent(
     import flax.linen as nn
     sys.path.insert(0, sys.argv[1])
     from test_models import batch, tiny
-    from zhlm.models import build_model, init_variables
+    from zhlm.models import build_model, dropout_rngs, init_variables
 
     assert len(jax.devices()) == 8
     config = tiny("bert", attention_impl="flash", num_heads=4)
@@ -113,6 +125,22 @@ SHARDED_CHILD = textwrap.dedent(
         text = jax.jit(model.apply).lower(variables, ids, types, mask).as_text()
     assert "shard_map" in text or "sdy.manual_computation" in text, text[:2000]
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+
+    # Training: per-shard keep masks and gradients equal one device's (threefry's bits do
+    # not depend on the sharding; the sums over shards add in another order: 6e-5 on 1).
+    weights = np.random.RandomState(0).normal(size=want.shape).astype(np.float32)
+
+    def loss(params):
+        rngs = dropout_rngs(jax.random.key(3), model.config)
+        out = model.apply({"params": params}, ids, types, mask, deterministic=False, rngs=rngs)
+        return (out["sequence_output"] * weights).sum()
+
+    value, grads = jax.value_and_grad(loss)(variables["params"])
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        value_sharded, grads_sharded = jax.jit(jax.value_and_grad(loss))(variables["params"])
+    np.testing.assert_allclose(float(value_sharded), float(value), rtol=1e-5)
+    for g, want_g in zip(jax.tree.leaves(grads_sharded), jax.tree.leaves(grads), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(want_g), rtol=1e-4, atol=1e-5)
     print("ok")
     """
 )
@@ -165,3 +193,27 @@ def test_flash_lowers_for_a_tpu_and_moves_fewer_bytes_than_the_xla_core():
     flash_bytes, hlo = _tpu_bytes(flash, shape)
     assert "tpu_custom_call" in hlo  # Mosaic kernels, not the interpreter's loops
     assert flash_bytes < 0.5 * xla_bytes, (flash_bytes, xla_bytes)  # 0.31 when written
+
+
+def test_flash_lowers_for_a_tpu_at_an_odd_length_in_float32():
+    """Sequences not a multiple of 128 (fine-tuning's own lengths) and float32 compute: the
+    whole-block kernels still compile for the chip (Mosaic pads the lanes itself)."""
+    pytest.importorskip("libtpu", reason="compiling for a TPU needs libtpu (the test extra)")
+    from jax.sharding import Mesh
+
+    from zhlm.train import tpu
+
+    device = tpu.devices(tpu.one_chip(tpu.parse("v5litepod-1")))[0]
+    b, s, h, d = 1, 200, 2, 64
+    qkv = [jax.ShapeDtypeStruct((b, s, h, d), jnp.float32)] * 3
+    mask = jax.ShapeDtypeStruct((b, 1, 1, s), jnp.bool_)
+
+    def fwd_bwd(q, k, v, mask, key):
+        keep = jax.random.bernoulli(key, 0.9, (b, h, s, s))
+        loss = lambda q, k, v: jnp.sum(flash_attention(q, k, v, mask, keep, 0.1))  # noqa: E731
+        return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    with jax.set_mesh(Mesh([device], ("x",))):
+        hlo = jax.jit(fwd_bwd).lower(*qkv, mask, key).compile().as_text()
+    assert hlo.count("tpu_custom_call") >= 2  # forward and backward kernels

@@ -278,7 +278,7 @@ def add_tpu_parser(sub):
     p.add_argument("--find_batch", action="store_true", help="plan.find_batch (many compiles)")
     p.add_argument("--quick", action="store_true", help="a tiny row on v5e only (tests)")
     p.add_argument("--cached_only", action="store_true", help="plans in --workdir only")
-    p.add_argument("--stale", action="store_true", help="cached, older step code's too")
+    p.add_argument("--stale", action="store_true", help="cached, older code's or compiler's too")
     p.add_argument("--no-parts", action="store_true", help="skip the per-part cost table")
     p.add_argument("--parts-generation", default="v5litepod", help="generation of the parts")
     p.add_argument("--parts-chips", type=int, default=8, help="chips of the parts' slice")

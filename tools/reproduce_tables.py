@@ -238,7 +238,7 @@ def main(argv=None):
         "--cached_only", action="store_true", help="tpu_plan: compile nothing, cached plans only"
     )
     parser.add_argument(
-        "--stale", action="store_true", help="tpu_plan: with older step code's plans, marked"
+        "--stale", action="store_true", help="tpu_plan: older code's or compiler's plans, marked"
     )
     parser.add_argument(
         "--loader_records_per_second",

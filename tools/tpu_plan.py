@@ -31,7 +31,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this host only traces; libtpu compiles
 
@@ -65,13 +64,32 @@ def run_config(run: Run, remat="none"):
     return c
 
 
-# The code whose change may change the compiled step: the fast way to know a kept plan is
-# current (its file name). When it changed, a plan still carries over if its program did not
-# (program_id).
+# The code whose change may change the compiled step or the plan's numbers: the fast way to
+# know a kept plan is current (its file name). When it changed, a plan still carries over if
+# its program did not (program_id). zhlm/train/metrics.py (the MFU formula) is not needed:
+# what it gives is recomputed on every read (_refresh).
 STEP_CODE = ("zhlm/models", "zhlm/masking", "zhlm/objectives.py", "zhlm/train/step.py")
 STEP_CODE += ("zhlm/train/optim.py", "zhlm/train/state.py", "zhlm/train/plan.py")
+STEP_CODE += ("zhlm/train/sharding.py", "zhlm/train/sums.py", "zhlm/train/tpu.py")
+STEP_CODE += ("zhlm/train/hlo_stats.py",)
 # The code that turns a compiled program into a plan's numbers, which the program does not show.
 PLANNER_CODE = ("zhlm/train/plan.py", "zhlm/train/tpu.py", "zhlm/train/hlo_stats.py")
+
+
+def compiler() -> str:
+    """The compiler a plan's memory and costs come from: jax, jaxlib and libtpu versions and
+    libtpu's flags. The lowered program does not show them, so plans keep them beside the
+    program (``compiler``) and one compiled by another compiler is not served as current."""
+    from importlib import metadata
+
+    versions = []
+    for name in ("jax", "jaxlib", "libtpu"):
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name} none")
+    flags = os.environ.get("LIBTPU_INIT_ARGS", "")
+    return ", ".join(versions) + (f", LIBTPU_INIT_ARGS={flags}" if flags else "")
 
 
 def code_fingerprint(paths=STEP_CODE) -> str:
@@ -114,16 +132,59 @@ def program_id(config, topology) -> str:
     return h.hexdigest()[:16]
 
 
+def _read(path):
+    """A kept plan, or None where the file is not one (cut short, a merge conflict): it is
+    compiled again, never served."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            p = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return p if isinstance(p, dict) and "time" in p else None
+
+
 def _same_program(workdir, program, current):
-    """A kept plan of ``program`` in ``workdir``, or None; ``current`` ends the names of plans
-    of this step code (those are copied, not renamed: another config may name them)."""
+    """A kept plan of ``program`` by this compiler in ``workdir``, or None; ``current`` ends
+    the names of plans of this step code (those are copied, not renamed: another config may
+    name them)."""
     import glob
 
+    here = compiler()
     for name in sorted(glob.glob(os.path.join(workdir, "plan-*.json"))):
-        with open(name, encoding="utf-8") as f:
-            if json.load(f).get("program") == program:
-                return name, name.endswith(f"-{current}.json")
+        p = _read(name)
+        if p and p.get("program") == program and p.get("compiler") == here:
+            return name, name.endswith(f"-{current}.json")
     return None, False
+
+
+def _write(p: dict, path: str):
+    """Written whole or not at all: into a file of its own, then renamed over ``path``."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(p, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _refresh(p: dict, config, topology, loader_rate) -> dict:
+    """What a kept plan's numbers get from code outside its program, computed again on every
+    read: zhlm's MFU count (``zhlm.train.metrics``), the MFU it gives against the roofline
+    time, and the host's share against this run's loader rate."""
+    from zhlm.models import build_model
+    from zhlm.train import metrics, tpu
+    from zhlm.train import plan as plan_lib
+
+    s = tpu.parse(topology)
+    model_config = build_model(config).config
+    per_seq = metrics.train_flops_per_sequence(
+        model_config, config.data.max_seq_length, config.masking.max_predictions_per_seq
+    )
+    flops = dict(p["flops"], model_flops=per_seq * config.train.batch_size / s.num_chips)
+    comm_bytes = sum(c["bytes"] - c["cross_slice_bytes"] for c in p["collectives"].values())
+    time = plan_lib._timing(config, s.chip, flops, comm_bytes)  # the compiled plan's formula
+    host = plan_lib.host_plan(s.chip, s.num_chips, time["sequences_per_second"], loader_rate)
+    return dict(p, flops=flops, time=time, host=host)
 
 
 def plan_key(config, topology) -> str:
@@ -146,44 +207,45 @@ class NotCached(LookupError):
 def cached_plan(config, topology, workdir, loader_rate=None, cached_only=False, stale=False):
     """``compile_plan`` through the JSON cache (files named by the config and slice, then
     the step code's fingerprint; a plan whose :func:`program_id` is this one's is taken over
-    under the new name when the code changed but the program did not); the host verdict is
-    recomputed for the loader rate of this run (it is not part of the compiled program).
-    ``stale``: with ``cached_only``, a plan compiled from other step code may stand in; it says
-    so (``stale_code``)."""
+    under the new name when the code changed but the program did not). Only a plan by this
+    :func:`compiler` is current. What code outside the program gives (MFU, the host verdict
+    for this run's loader rate) is computed again (:func:`_refresh`).
+    ``stale``: with ``cached_only``, a plan compiled from other step code or by another
+    compiler may stand in; it says so (``stale_code``)."""
     import glob
 
     from zhlm.train import plan as plan_lib
-    from zhlm.train import tpu
 
-    key, current = plan_key(config, topology), code_fingerprint()
+    key, current, here = plan_key(config, topology), code_fingerprint(), compiler()
     path = os.path.join(workdir, f"plan-{key}-{current}.json")
-    older = sorted(glob.glob(os.path.join(workdir, f"plan-{key}-*.json")), key=os.path.getmtime)
+    p = _read(path) if os.path.exists(path) else None
+    if p is not None and p.get("compiler") != here:
+        p = None  # another compiler's numbers
     program = None
-    if not os.path.exists(path) and os.path.isdir(workdir):
+    if p is None and os.path.isdir(workdir):
         program = program_id(config, topology)
         kept, in_use = _same_program(workdir, program, current)
         if kept:  # the step code changed, this program did not: the plan carries over
+            p = _read(kept)
             if in_use:
-                shutil.copyfile(kept, path)
+                _write(p, path)
             else:
                 os.replace(kept, path)
-    if os.path.exists(path) or (cached_only and stale and older):
-        with open(path if os.path.exists(path) else older[-1], encoding="utf-8") as f:
-            p = json.load(f)
-        p["stale_code"] = not os.path.exists(path)
-    elif cached_only:
+    if p is None and cached_only and stale:
+        older = sorted(glob.glob(os.path.join(workdir, f"plan-{key}-*.json")), key=os.path.getmtime)
+        p = next((q for q in map(_read, reversed(older)) if q), None)
+        if p is None:
+            raise NotCached(path)
+        p["stale_code"] = True  # other step code or another compiler
+    elif p is None and cached_only:
         raise NotCached(path)
-    else:
+    elif p is None:
         p = _slim(plan_lib.compile_plan(config, topology))
-        p["program"] = program or program_id(config, topology)
+        p["program"], p["compiler"] = program or program_id(config, topology), here
         os.makedirs(workdir, exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(p, f, indent=1)
-        os.replace(path + ".tmp", path)
-    s = tpu.parse(topology)
-    rate = p["time"]["sequences_per_second"]
-    p["host"] = plan_lib.host_plan(s.chip, s.num_chips, rate, loader_rate)
-    return p
+        _write(p, path)
+    p.setdefault("stale_code", False)
+    return _refresh(p, config, topology, loader_rate)
 
 
 def estimate_bytes(config, model_config, per_chip: int) -> float:
@@ -242,7 +304,7 @@ def plan_cell(
     """The run on the generation's smallest slice that fits: ``topology``, ``per_chip``,
     ``micro_batches``, ``plan`` and ``days``, or ``note`` saying why there is none.
     ``cached_only``: True compiles nothing (cells not in the workdir say so); "stale" also
-    takes a plan compiled from older step code, marked in the table."""
+    takes a plan compiled from older step code or by another compiler, marked in the table."""
     from zhlm.train import plan as plan_lib
 
     best = None
@@ -398,7 +460,7 @@ def table(
 def _cell_columns(cell, run, gen, target_days) -> str:
     p, t, m, h = cell["plan"], cell["plan"]["time"], cell["plan"]["memory"], cell["plan"]["host"]
     verdict = "n/a"
-    stale = " (older step code)" if p.get("stale_code") else ""
+    stale = " (older step code or compiler)" if p.get("stale_code") else ""
     if h["loader_records_per_second"]:
         ok = "yes" if h["one_process_suffices"] else "**no**"
         full = "yes" if h["full_host_one_process_suffices"] else "**no**"
