@@ -288,6 +288,12 @@ def test_plan_cache_serves_only_this_compilers_whole_plans(tmp_path, monkeypatch
     assert tp.cached_plan(config, "v5litepod-1", workdir)["time"] == first["time"]
     assert len(compiles) == 3 and not list(tmp_path.glob("*.tmp"))
 
+    # Another config (another file name) whose step lowers to the same program: a copy.
+    other = tp.run_config(tp.QUICK_RUNS[0])
+    other.train.num_steps += 1
+    assert tp.cached_plan(other, "v5litepod-1", workdir)["time"] == first["time"]
+    assert len(compiles) == 3 and len(list(tmp_path.glob("plan-*.json"))) == 3
+
 
 @pytest.mark.slow
 def test_tpu_plan_quick_compiles_once_then_reads_its_cache(tmp_path, monkeypatch):

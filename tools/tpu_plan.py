@@ -227,7 +227,8 @@ def cached_plan(config, topology, workdir, loader_rate=None, cached_only=False, 
         kept, in_use = _same_program(workdir, program, current)
         if kept:  # the step code changed, this program did not: the plan carries over
             p = _read(kept)
-            if in_use:
+            if in_use:  # another config's plan, the same program: copied under this one's name
+                p.update(recipe=config.recipe, size=config.model.size)
                 _write(p, path)
             else:
                 os.replace(kept, path)
