@@ -197,7 +197,7 @@ def test_flash_lowers_for_a_tpu_and_moves_fewer_bytes_than_the_xla_core():
 
 def test_flash_lowers_for_a_tpu_at_an_odd_length_in_float32():
     """Sequences not a multiple of 128 (fine-tuning's own lengths) and float32 compute: the
-    whole-block kernels still compile for the chip (Mosaic pads the lanes itself)."""
+    whole-block kernels still compile for the chip."""
     pytest.importorskip("libtpu", reason="compiling for a TPU needs libtpu (the test extra)")
     from jax.sharding import Mesh
 
