@@ -26,14 +26,14 @@ RATE = 0.25
 def _inputs(b=2, s=16, h=3, d=8, seed=0):
     keys = jax.random.split(jax.random.key(seed), 5)
     q, k, v, w = (jax.random.normal(key, (b, s, h, d)) for key in keys[:4])
-    lengths = jnp.array([s, s - 5] + [s] * (b - 2))
+    lengths = jnp.array([s, s - 5, 0][:b] + [s] * (b - 3))  # 0: every key masked
     mask = (jnp.arange(s) < lengths[:, None])[:, None, None, :]
     keep = jax.random.bernoulli(keys[4], 1 - RATE, (b, h, s, s))
     return q, k, v, w, mask, keep
 
 
 def test_flash_equals_the_xla_path_with_the_same_dropout_mask():
-    q, k, v, w, mask, keep = _inputs()
+    q, k, v, w, mask, keep = _inputs(b=3)  # a sequence with no key to attend to, too
 
     def xla(q, k, v):
         return attention_with_dropout(q, k, v, mask, lambda p: jnp.where(keep, p / (1 - RATE), 0))

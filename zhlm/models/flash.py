@@ -137,8 +137,8 @@ def _fwd_kernel(q_ref, k_ref, v_ref, bias_ref, *refs, rate):
 
 def _bwd_kernel(q_ref, k_ref, v_ref, bias_ref, *refs, rate):
     keep_ref, do_ref, dq_ref, dk_ref, dv_ref = refs if rate else (None, *refs)
-    q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-    p = jax.nn.softmax(_scores(q, k, bias_ref[...]), axis=1)  # the forward's, recomputed
+    q, k, v, do, bias = q_ref[...], k_ref[...], v_ref[...], do_ref[...], bias_ref[...]
+    p = jax.nn.softmax(_scores(q, k, bias), axis=1)  # the forward's, recomputed
     # Gradient with respect to the probabilities after dropout, then before it.
     dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
     if rate:
@@ -149,9 +149,11 @@ def _bwd_kernel(q_ref, k_ref, v_ref, bias_ref, *refs, rate):
     dv = jax.lax.dot_general(
         p_dropped.astype(do.dtype), do, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
     )
-    # Softmax's backward: dS = P (dP - sum_j P dP), over the whole row held here.
+    # Softmax's backward: dS = P (dP - sum_j P dP), over the whole row held here. A masked
+    # key's score is the constant the XLA path puts there, so no gradient: that matters only
+    # in a row whose keys are all masked, where P is uniform rather than 0 at them.
     ds = p * (dp - jnp.sum(p * dp, axis=1, keepdims=True)) * (q.shape[-1] ** -0.5)
-    ds = ds.astype(q.dtype)
+    ds = (ds * (bias == 0.0).astype(jnp.float32)).astype(q.dtype)
     dq = jnp.dot(ds, k, preferred_element_type=jnp.float32)
     dk = jax.lax.dot_general(ds, q, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
     dq_ref[...], dk_ref[...], dv_ref[...] = (
