@@ -106,6 +106,14 @@ def test_loader_mixture_weights_and_epochs(prepared):
     state = only_news.get_state()
     assert state["served"]["pd"] == 0 and state["served"]["news"] == 4 * (n // 4 + 2)
     assert only_news.sampler.epoch("news") == 1  # wrapped into a second epoch
+    # A weight-0 source is evaluation-only: up to `holdout` of its records held out, not a fifth.
+    held = loader.Loader(b.data_dir, "news:1,pd:0", 4, 0, 0, 1, holdout=10_000)
+    total = {name: split.num_examples for name, split in b.info.splits.items()}
+    assert held.held == {"news": total["news"] // 5, "pd": total["pd"]}
+    assert held.sizes == {"news": total["news"] - total["news"] // 5, "pd": 0}
+    assert held.sampler.epoch("pd") == 0
+    sources = [source for source, _ in held.eval_batches()]
+    assert sources.count("pd") == total["pd"] // 4
     with pytest.raises(ValueError, match="mixture"):
         loader.Loader(b.data_dir, "wiki:1", 4, process_index=0, process_count=1)
 

@@ -1,7 +1,8 @@
 """ERNIE 1.0's dialogue language model on the real dialogues: the draws (fake share, fakes never
 from their own dialogue, roles alternating as the turns do), the records (ERNIE's fields, the
 role ids in the token types, the label), the mixture with text, and a tiny DLM pretraining whose
-held-out real/fake accuracy rises above chance.
+real/fake accuracy on held-out dialogues rises above 60%, then judges them the same once
+exported to Hugging Face.
 
 Why the whole file for the statistics: the dialogues come from three sources of very different
 lengths and turn counts (KdConv, CrossWOZ, chatterbot), so a share measured on a slice of one of
@@ -12,12 +13,14 @@ import collections
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from tests.helpers import load_config
+from tests.helpers import ROOT, load_config, without_opt_level_zero
 from tests.test_data_instances import _check_common, _check_units
 from zhlm.data import builder, dialogue, instances, pipeline, text
 from zhlm.data.loader import Loader, dataset_dir
@@ -25,6 +28,7 @@ from zhlm.data.loader import Loader, dataset_dir
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 DIALOGUES = os.path.join(DATA, "dialogue", "dialogues.jsonl")
 SEP = 102
+DLM_STEPS = 800  # the accuracy test's run (its docstring)
 
 
 def dlm_config(**data):
@@ -154,6 +158,17 @@ def test_dialogue_source_needs_a_sentence_label(small_dialogues):
         pipeline.process_shard(text.Shard("dialogue", small_dialogues), config.data)
 
 
+def test_dialogue_sources_need_a_sentence_head(tmp_path):
+    """Without one the real/fake labels would be read by nothing: refused before any work."""
+    from zhlm.train.loop import train_and_evaluate
+
+    config = dlm_config()
+    config.model.sentence_head = "none"
+    with pytest.raises(ValueError, match="need a sentence head"):
+        train_and_evaluate(config, str(tmp_path))
+    assert not any(tmp_path.iterdir())
+
+
 def test_dlm_config_mixes_text_and_dialogue_by_weight(small_dialogues, tmp_path):
     """The dlm recipe's two sources in one dataset; the loader draws them by its weights."""
     config = dlm_config()
@@ -189,6 +204,69 @@ def test_dlm_config_pretrains_on_its_bundled_text_and_dialogues(tmp_path):
     assert len(evals) == 2 and all(np.isfinite(e["sentence_accuracy"]) for e in evals), evals
     per_source = ("train/sentence_accuracy", "dialogue/sentence_accuracy", "dlm_accuracy")
     assert all(k in e for e in evals for k in (*per_source, "nsp_accuracy")), evals[-1].keys()
+
+
+@pytest.mark.slow
+def test_dlm_real_fake_accuracy_rises_above_60_percent_on_held_out_dialogues(tmp_path):
+    """``zhlm-pretrain --config=configs/ernie.py:dlm`` on the real dialogues, every tenth one
+    held out whole (a weight-0 source: evaluation only, so none of its turns is trained on or
+    drawn as a fake); then the trained model exported to Hugging Face judges the held-out
+    windows as zhlm does, the roles read as token types and real/fake as NSP.
+
+    Measured: this test, 73.6% (its last run, 2 cores shared with two other jobs: 13 minutes).
+    With these files and a 1,000-step schedule evaluated every 100 steps, held-out-dialogue
+    accuracy 57.8, 62.5, 64.8 and 66.2% at steps 400 to 700 (68.6% at 800), level with held-out
+    windows of the trained dialogues (55.3 to 70.1%), so it generalises rather than remembers.
+    At the recipe's 1e-3 one run of four (seed 0, a 1,000-step schedule) never left the
+    unigram stage (MLM accuracy 3%, real/fake at chance at step 800), hence half of it here.
+    What it learns first is which corpus a turn comes from: with KdConv alone (one corpus, a
+    third of the turns) a 1e-3 run that did leave the unigram stage was still at chance (48.6%)
+    at step 800."""
+    import torch
+    import transformers
+
+    import zhlm
+    from zhlm.data import cache
+    from zhlm.models.builder import build_model
+    from zhlm.train import checkpoint, metrics
+
+    lines = open(DIALOGUES, encoding="utf-8").read().splitlines()
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    train.write_text("\n".join(x for i, x in enumerate(lines) if i % 10 != 9) + "\n", "utf-8")
+    held.write_text("\n".join(x for i, x in enumerate(lines) if i % 10 == 9) + "\n", "utf-8")
+    workdir, steps = tmp_path / "dlm", DLM_STEPS
+    flags = dict(
+        input=f"('dialogue={train}','heldout={held}')",
+        dialogue_sources="('dialogue','heldout')",
+        mixture="dialogue:1,heldout:0",
+        max_seq_length=64,
+    )
+    cmd = [sys.executable, "-m", "zhlm.cli.pretrain", f"--config={ROOT}/configs/ernie.py:dlm"]
+    cmd += [f"--workdir={workdir}", *(f"--config.data.{k}={v}" for k, v in flags.items())]
+    cmd += [f"--config.train.{k}={steps}" for k in ("num_steps", "eval_every", "checkpoint_every")]
+    cmd += ["--config.train.eval_examples=512", "--config.optim.warmup_steps=200"]
+    cmd += ["--config.optim.peak_lr=5e-4"]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=without_opt_level_zero())
+    assert run.returncode == 0, run.stderr[-3000:]
+    (last,) = metrics.read(str(workdir), "eval")
+    print({k: round(v, 3) for k, v in last.items() if "sentence_accuracy" in k})
+    assert last["heldout/sentence_accuracy"] > 0.6, last
+
+    loaded = checkpoint.load(str(workdir))
+    model = build_model(loaded.config)
+    zhlm.to_hf(model, {"params": loaded.params}, loaded.config, str(tmp_path / "hf"))
+    hf = transformers.ErnieForPreTraining.from_pretrained(str(tmp_path / "hf")).eval()
+    path = cache.ensure_dataset(loaded.config, progress=False)
+    loader = Loader(path, "dialogue:1,heldout:0", 32, 0, 0, 1, holdout=512)
+    _, batch = next(b for b in loader.eval_batches() if b[0] == "heldout")
+    ids, types, mask = (batch[k] for k in ("input_ids", "token_type_ids", "attention_mask"))
+    assert set(np.unique(types)) == {0, 1}  # both roles
+    ours = np.asarray(model.apply({"params": loaded.params}, ids, types, mask)["sentence_logits"])
+    with torch.no_grad():
+        theirs = hf(*(torch.tensor(x, dtype=torch.long) for x in (ids, mask, types)))
+    error = np.abs(ours - theirs.seq_relationship_logits.numpy()).max()
+    assert error < 1e-4, error
+    assert (ours.argmax(-1) == batch["sentence_label"]).mean() > 0.5
 
 
 class _FakeLoader:

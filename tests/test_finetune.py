@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, without_opt_level_zero
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune import cmrc_metric, heads, mrc, readers, tasks
@@ -225,12 +225,15 @@ def test_predict_answers_takes_the_best_window(tokenizer):
 # ------------------------------------------------------------------------ HF parity
 
 
-def _hf_folder(tmp_path, architecture, **kwargs):
+def _hf_folder(tmp_path, architecture, family="Bert", **kwargs):
+    """A random HF ``architecture`` (of ``family``: Bert, Albert or Ernie) saved to a folder."""
     import torch
     import transformers
 
     torch.manual_seed(0)
-    hf_config = transformers.BertConfig(
+    if family == "Albert":
+        kwargs.setdefault("embedding_size", 32)
+    hf_config = getattr(transformers, f"{family}Config")(
         vocab_size=21128,
         hidden_size=64,
         num_hidden_layers=2,
@@ -343,19 +346,43 @@ def test_span_extractor_matches_hf(tmp_path):
 
 
 @pytest.mark.slow
-def test_token_classifier_matches_hf(tmp_path):
+@pytest.mark.parametrize("family", ["Bert", "Albert", "Ernie"])
+def test_token_classifier_matches_hf_and_exports_back(tmp_path, family):
+    """Each family's ``*ForTokenClassification`` loads with its head (nothing left fresh), gives
+    HF's logits, and a fine-tuned model saved by zhlm exports back to that class: same logits,
+    the tags named (id2label)."""
     import torch
+    import transformers
 
-    hf, path = _hf_folder(tmp_path, "BertForTokenClassification", num_labels=7)
+    import zhlm
+
+    architecture = f"{family}ForTokenClassification"
+    tags = ("O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER")
+    hf, path = _hf_folder(tmp_path, architecture, family, num_labels=7)
     model, params, left_fresh = _ours(path, "ner", num_labels=7)
     assert left_fresh == []
     ids, types, mask = _inputs()
     ours = model.apply({"params": params}, ids, types, mask)["logits"]
+    torch_inputs = [torch.tensor(x, dtype=torch.long) for x in (ids, mask, types)]
     with torch.no_grad():
-        theirs = hf(*(torch.tensor(x, dtype=torch.long) for x in (ids, mask, types))).logits
+        theirs = hf(*torch_inputs).logits
     error = float(np.abs(np.asarray(ours) - theirs.numpy()).max())
-    print(f"BertForTokenClassification logits: max abs difference {error:.2e}")
+    print(f"{architecture} logits: max abs difference {error:.2e}")
     assert ours.shape == (3, 16, 7) and error < 1e-4, error
+
+    config = get_base_config()
+    config.task.update(kind="ner", labels=tags)
+    heads.adopt_model(config, checkpoint.load(path).config.model)
+    best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
+    model, params, config = load_finetuned(best)
+    zhlm.to_hf(model, {"params": params}, config, str(tmp_path / "export"))
+    exported = getattr(transformers, architecture).from_pretrained(str(tmp_path / "export"))
+    assert exported.config.id2label == dict(enumerate(tags))
+    with torch.no_grad():
+        theirs = exported.eval()(*torch_inputs).logits
+    error = float(np.abs(np.asarray(ours) - theirs.numpy()).max())
+    print(f"{architecture} export: max abs difference {error:.2e}")
+    assert error < 1e-4, error
 
 
 @pytest.mark.slow
@@ -411,13 +438,6 @@ def _quick(config, **train):
     return config
 
 
-def _without_opt_level_zero():
-    """The environment minus conftest's XLA opt-level-0 flag: a few hundred steps are bound by
-    execution, which that flag makes 2-3x slower, not by compilation."""
-    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "")
-    return dict(os.environ, XLA_FLAGS=flags.strip(), PYTHONPATH=ROOT)
-
-
 @pytest.mark.slow
 def test_chnsenticorp_through_the_command_beats_the_majority_class(tmp_path):
     """A random tiny encoder, 1,600 reviews cut to 32 tokens, 3 epochs (300 steps): measured
@@ -440,7 +460,7 @@ def test_chnsenticorp_through_the_command_beats_the_majority_class(tmp_path):
         "--config.train.log_every=0",
         "--config.optim.peak_lr=3e-4",
     ]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=_without_opt_level_zero())
+    run = subprocess.run(cmd, capture_output=True, text=True, env=without_opt_level_zero())
     assert run.returncode == 0, run.stderr[-3000:]
     assert "no --init, the encoder starts from random weights" in run.stdout
     results = json.loads((workdir / "results.json").read_text())

@@ -131,6 +131,10 @@ def test_ambiguous_schemes_are_errors():
     # One stray I- start among many B- starts is an ill-formed BIO entity, not ambiguity.
     assert ner_metric.detect_scheme([["B-PER", "O"]] * 30 + [["I-PER"]]) == "bio"
     assert ner_metric.detect_scheme([["O", "O"]]) == "bio"
+    # So is one stray E- in a BIO file: its other entities stay well-formed BIO ones.
+    bio = [["B-PER", "I-PER", "O"]] * 30
+    assert ner_metric.detect_scheme(bio + [["B-LOC", "E-LOC"]]) == "bio"
+    assert ner_metric.detect_scheme(bio + [["B-LOC", "E-LOC"]] * 2) == "bioes"
 
 
 # ---------------------------------------------------------------------------------- metric
@@ -235,22 +239,23 @@ def test_bad_lines_skip_their_sentence_with_file_and_line(tmp_path):
             "中国\tB-LOC\n\n"  # 6
             "中\tLOC-B\n\n"  # 8
             "中\n\n"  # 10: no tag
-            "北 B-LOC\n京\tI-LOC \n\n"  # 12: space-separated, and space after a tag, are fine
-            "-DOCSTART-\tO\n\n" + good + "\n"  # 15: a document marker, not a record; 17 kept
+            "北 B-LOC\n京\tI-LOC \n\u3000  O\n\n"  # 12: space-separated (an ideographic
+            # space the character), and space after a tag, are fine
+            "-DOCSTART-\tO\n\n" + good + "\n"  # 16: a document marker, not a record; 18 kept
         ).encode()
         + b"\xff\tO\n\n"
-    )  # 19: not UTF-8
+    )  # 20: not UTF-8
     path = write(tmp_path, "bad.txt", content, mode="wb")
     examples, report = ner.read_tagged(path)
-    assert [e.text for e in examples] == ["我", "北京", "我"]
-    assert [e.line for e in examples] == [1, 12, 17]
+    assert [e.text for e in examples] == ["我", "北京\u3000", "我"]
+    assert [e.line for e in examples] == [1, 12, 18]
     found = [(i.kind, i.line) for i in report.issues]
     assert found == [
         ("malformed_line", 3),
         ("malformed_line", 6),
         (ner.UNKNOWN_TAG, 8),
         ("malformed_line", 10),
-        ("malformed_line", 19),
+        ("malformed_line", 20),
     ]
     assert "1 more bad lines" in report.issues[0].message and report.dropped == 5
     assert str(report.issues[0]).startswith(f"{path}:3: malformed_line: 3 fields")
@@ -414,6 +419,8 @@ def test_feature_errors(tokenizer):
     e = example("张三", [("PER", 0, 2)])
     with pytest.raises(ValueError, match="not in the labels"):
         ner_features.ner_features([e], tokenizer, ("O", "B-LOC", "I-LOC"), 8, 4)
+    with pytest.raises(ValueError, match="unknown_tags"):
+        ner_features.ner_features([e], tokenizer, LABELS, 8, 4, "skip")
     with pytest.raises(ValueError, match="stride"):
         ner_features.ner_features([e], tokenizer, LABELS, 8, 7)
     with pytest.raises(ValueError, match="BIO tags"):
@@ -421,6 +428,19 @@ def test_feature_errors(tokenizer):
     f = ner_features.ner_features([e], tokenizer, LABELS, 8, 4)
     with pytest.raises(ValueError, match="predictions"):
         merge(f, np.zeros((1, 9), np.int32))
+
+
+def test_evaluation_keeps_a_type_the_labels_lack_in_the_metric(tokenizer, caplog):
+    """A dev entity of a type the training file lacks: out of the loss (warned), still in the
+    metric as a gold entity the model cannot find; the known type's words keep their labels."""
+    e = example("张三在北京", [("PER", 0, 2), ("LOC", 3, 5)])
+    labels = ("O", "B-LOC", "I-LOC")
+    f = ner_features.ner_features([e], tokenizer, labels, 16, 4, unknown_tags="ignore")
+    assert "B-PER (1)" in caplog.text
+    assert f.arrays["labels"][0, :7].tolist() == [-1, -1, -1, 0, 1, 2, -1]
+    merged = merge(f, np.array([[0, 0, 0, 0, 1, 2] + [0] * 10]))
+    assert merged[0] == ["O", "O", "O", "B-LOC", "I-LOC"]
+    assert ner_metric.scores([e.tags], merged)["micro"]["f1"] == pytest.approx(200 / 3)
 
 
 def test_prediction_records_and_file(tmp_path):

@@ -155,6 +155,8 @@ def test_albert_sharing_micro(ablation_dir):
     assert sizes["all-shared, E=H"] < sizes["not-shared, E=H"]
     assert sizes["not-shared, factorised E"] < sizes["not-shared, E=H"]
     assert sizes["all-shared, factorised E"] == min(sizes.values())
+    order = ("not-shared, E=H", "not-shared, factorised E", "all-shared, factorised E")
+    assert f"The paper's ordering is {' > '.join(order)} > all-shared, E=H." in text
 
 
 def knowledge(config):

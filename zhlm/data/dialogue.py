@@ -12,9 +12,11 @@ Instances (``[CLS] T1 [SEP] T2 [SEP] ... Tk [SEP]``, k >= 2):
 
 * Sources named in ``data.dialogue_sources`` are JSON lines ``{"turns": ["...", ...]}``; turns
   alternate between two speakers, the first one opening the dialogue.
-* A dialogue is cut into windows of two or three consecutive turns (``MAX_TURNS``), as many as
-  fit the target length (BERT's ``short_seq_prob`` applies); a single turn left at the end of a
-  dialogue is counted and dropped. Turns longer than the room are trimmed (the longest first).
+* A dialogue is cut into windows of two or three consecutive turns (``MAX_TURNS``): a third
+  turn joins when it fits the target length (BERT's ``short_seq_prob`` draws a shorter target,
+  which only ever keeps a window at two turns: no record is cut to the target); a single turn
+  left at the end of a dialogue is counted and dropped. Windows longer than the sequence are
+  trimmed, the longest turn first.
   Three, not as many as fit: ERNIE's DLM inputs are three-turn conversations (QRQ, QRR, QQR)
   with the query or the response replaced in a fake. In windows filled to 128 tokens (4.1
   turns on average in ``dialogues.jsonl``, up to 11) the one replaced turn is a smaller share
@@ -95,7 +97,7 @@ def annotate(dialogues, ann, np_rng, report):
 
 
 def _target(max_tokens, short_seq_prob, rng):
-    # BERT's short sequences, as zhlm.data.instances draws them for text.
+    # BERT's short targets, drawn as zhlm.data.instances draws them for text (a window's length).
     return rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
 
 
@@ -182,6 +184,16 @@ def write(window, dialogues, writer, rng):
     ranges = _trim([doc.num_tokens for doc in docs], budget, rng)
     segments = [[(doc, a, b)] for doc, (a, b) in zip(docs, ranges, strict=True)]
     return writer(segments, window.label, types=window.roles)
+
+
+def check_heads(config) -> None:
+    """A run with dialogue sources needs the sentence head that reads their real/fake label:
+    without one the DLM would silently be MLM on dialogue text only."""
+    if config.data.dialogue_sources and config.model.sentence_head == "none":
+        raise ValueError(
+            f"data.dialogue_sources {tuple(config.data.dialogue_sources)} need a sentence head "
+            "for the DLM's real/fake label (model.sentence_head nsp or sop), got 'none'"
+        )
 
 
 def shard_instances(shard, data_config, ann, writer, rngs, converter, report):

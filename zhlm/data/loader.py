@@ -13,7 +13,11 @@ global batch is identical for any process count, and each process touches only i
 
 Held-out sequences: the last ``holdout`` records of every source (at most a fifth of it) never
 enter the training plan; ``eval_batches()`` serves them in whole global batches, by source. The
-records are in TFDS's shuffled order, so these are a random sample of the source's sequences.
+records are in TFDS's shuffled order, so these are a random sample of the source's sequences,
+not of its documents: a document (a dialogue) with several sequences can have some held out and
+others trained on. For held-out documents, prepare them as a source of their own and give it
+weight 0 in ``data.mixture``: a weight-0 source is evaluation-only, up to ``holdout`` of its
+records held out (not a fifth) and none trained on.
 
 Read-ahead (``read_ahead=N``, off by default): the next N batches are read by N threads while
 the caller uses the current one. Measured with ``python tools/bench.py loader`` on a 2-CPU
@@ -82,7 +86,7 @@ class MixtureSampler:
         self.served = {n: int(state["served"][n]) for n in self.names}
 
     def epoch(self, name: str) -> int:
-        return self.served[name] // self.sizes[name]
+        return self.served[name] // self.sizes[name] if self.sizes[name] else 0
 
     def _perm(self, name, epoch):
         key = (name, epoch)
@@ -139,7 +143,10 @@ class Loader:
         builder = tfds.builder_from_directory(path)
         self.sources = {name: builder.as_data_source(split=name) for name in builder.info.splits}
         total = {name: len(ds) for name, ds in self.sources.items()}
-        self.held = {name: min(holdout, n // 5) for name, n in total.items()}
+        eval_only = {name for name, w in parse_mixture(mixture, total).items() if w == 0}
+        self.held = {
+            name: min(holdout, n if name in eval_only else n // 5) for name, n in total.items()
+        }
         self.sizes = {name: n - self.held[name] for name, n in total.items()}
         self.global_batch = global_batch
         self.sampler = MixtureSampler(

@@ -137,10 +137,12 @@ def _checked_sentence(rows: list[str], first: int, report: ReadReport):
 
 def _parse_line(text: str) -> tuple[str, str, tuple[str, str] | None]:
     """``(char, tag, None)`` of one line, or ``(.., .., (kind, message))`` saying what is wrong.
-    Space around the tag is allowed; the character may itself be a space (``" \tO"``)."""
+    Space around the tag is allowed; the character may itself be a space (``" \tO"``, or
+    ``"\u3000 O"`` in a space-separated file)."""
     if _NOT_UTF8.search(text):
         return "", "", (MALFORMED_LINE, "not UTF-8")
-    fields = text.split("\t") if "\t" in text else text.split()
+    spaced = None if "\t" in text else _SPACED.fullmatch(text.rstrip())
+    fields = text.split("\t") if "\t" in text else spaced.groups() if spaced else text.split()
     if len(fields) != 2:
         return "", "", (MALFORMED_LINE, f"{len(fields)} fields, expected char and tag")
     char, tag = fields[0], fields[1].strip()
@@ -277,6 +279,9 @@ def _read_lines(path: Path) -> list[str | None]:
 
 
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
+# A space-separated line: one character (an ideographic space too, which str.split() would
+# swallow), ASCII spaces, the tag.
+_SPACED = re.compile(r"(.) +(\S+)")
 
 
 def _finish(examples: list, report: ReadReport):

@@ -22,7 +22,9 @@ its prediction; the others still train on it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +33,7 @@ from zhlm.finetune import ner_metric
 from zhlm.finetune.ner import NerExample
 from zhlm.finetune.tasks import doc_windows, max_context_window, special_ids
 
+log = logging.getLogger(__name__)
 IGNORE = -1  # the label of positions without one: [CLS], [SEP], padding, non-first pieces
 
 
@@ -61,10 +64,19 @@ def ner_features(
     labels: Sequence[str],
     max_seq_length: int,
     stride: int,
+    unknown_tags: str = "raise",
 ) -> NerFeatures:
     """``[CLS] window [SEP]`` rows of every example (see the module docstring); ``labels`` are
-    the BIO tags in the order of the classifier outputs. ``token_type_ids`` are all 0."""
+    the BIO tags in the order of the classifier outputs. ``token_type_ids`` are all 0.
+
+    A tag outside ``labels`` (an entity type the training file lacks) is an error with
+    ``unknown_tags="raise"`` (training data); with ``"ignore"`` (evaluation, prediction) its
+    words get no label in the loss, counted in a warning, and the entity still counts in the
+    metric, which reads the examples' own tags."""
+    if unknown_tags not in ("raise", "ignore"):
+        raise ValueError(f"unknown_tags={unknown_tags!r}: raise or ignore")
     label_index = _label_index(labels)
+    ignored = collections.Counter()
     window = max_seq_length - 2
     if window < 1 or not 1 <= stride <= window:
         raise ValueError(f"need 1 <= stride={stride} <= max_seq_length - 2 = {window}")
@@ -73,7 +85,7 @@ def ner_features(
     encodings = tokenizer.encode_batch([e.text for e in examples])
     for index, (example, encoding) in enumerate(zip(examples, encodings, strict=True)):
         words = _words(encoding, continuation)
-        tag_ids = _tag_ids(example, words[1], label_index)
+        tag_ids = _tag_ids(example, words[1], label_index, unknown_tags, ignored)
         spans = doc_windows(len(encoding.ids), window, stride)
         best = max_context_window(spans, len(encoding.ids))
         for w, span in enumerate(spans):
@@ -81,6 +93,9 @@ def ner_features(
             rows.append(dict(row, example_index=index, window_start=span[0]))
     if not rows:
         raise ValueError("no NER examples to featurize")
+    if ignored:
+        shown = ", ".join(f"{tag} ({n})" for tag, n in sorted(ignored.items()))
+        log.warning("NER tags outside the labels, left out of the loss: %s", shown)
     stacked = {key: np.stack([r[key] for r in rows]) for key in rows[0]}
     device_keys = ("input_ids", "token_type_ids", "attention_mask", "labels")
     return NerFeatures(
@@ -126,13 +141,15 @@ def _words(encoding, continuation: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return first, starts[heads], word_end
 
 
-def _tag_ids(example: NerExample, word_start: np.ndarray, label_index: dict) -> np.ndarray:
-    """[W] the label id of each word: the tag of its first character."""
+def _tag_ids(example, word_start, label_index, unknown_tags, ignored) -> np.ndarray:
+    """[W] the label id of each word: the tag of its first character (see :func:`ner_features`
+    for a tag outside the labels)."""
     tags = [example.tags[c] for c in word_start]
     unknown = sorted(set(tags) - label_index.keys())
-    if unknown:
+    if unknown and unknown_tags == "raise":
         raise ValueError(f"{example.guid}: tags {unknown} are not in the labels")
-    return np.array([label_index[t] for t in tags], np.int32)
+    ignored.update(t for t in tags if t not in label_index)
+    return np.array([label_index.get(t, IGNORE) for t in tags], np.int32)
 
 
 def _row(tokenizer, ids, words, tag_ids, is_best, span, max_seq_length) -> dict:

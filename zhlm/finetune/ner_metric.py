@@ -123,16 +123,20 @@ def detect_scheme(
     tag_seqs: Iterable[Sequence[str]], where: str = "the tags", spans: Sequence | None = None
 ) -> str:
     """The scheme of a whole file's tags. ``M-`` means bmes and ``E-``/``S-`` bioes (both
-    together with ``I-`` is an error). With only ``B-``/``I-`` the entity starts decide: in BIO
-    they are ``B-``, in IOB1 ``I-`` (``B-`` only after an entity of the same type); a few of the
-    other kind are ill-formed entities of the majority scheme, more than 5% is ambiguous.
-    ``spans``: each sequence's :func:`entities`, when the caller has them already."""
+    together with ``I-`` is an error), unless at most 5% of the entities end in ``E-``/``S-``:
+    those few are then ill-formed entities of a B/I file (one stray ``E-`` does not make every
+    multi-character entity of a BIO file ill-formed). With only ``B-``/``I-`` the entity starts
+    decide: in BIO they are ``B-``, in IOB1 ``I-`` (``B-`` only after an entity of the same
+    type); a few of the other kind are ill-formed entities of the majority scheme, more than 5%
+    is ambiguous. ``spans``: each sequence's :func:`entities`, when the caller has them."""
     letters: set[str] = set()
-    b_starts = i_starts = 0
+    b_starts = i_starts = es_ends = total = 0
     for n, tags in enumerate(tag_seqs):
         letters.update(parse_tag(tag)[0] for tag in set(tags))
         last_end, last_type = -1, None
         for type_, start, end in entities(tags) if spans is None else spans[n]:
+            total += 1
+            es_ends += tags[end - 1][0] in "ES"
             if tags[start][0] == "I":
                 i_starts += 1
             elif last_end != start or last_type != type_:
@@ -142,7 +146,7 @@ def detect_scheme(
         raise ValueError(f"{where}: both I- and M- tags; cannot tell bioes from bmes")
     if "M" in letters:
         return "bmes"
-    if letters & {"E", "S"}:
+    if letters & {"E", "S"} and es_ends > 0.05 * total:
         return "bioes"
     if i_starts <= 0.05 * (b_starts + i_starts):
         return "bio"

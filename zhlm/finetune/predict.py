@@ -93,7 +93,7 @@ def _records(task, examples, tokenizer, forward, config) -> list[str]:
     elif task.kind == "ner":
         stride = ner_features.task_stride(task)
         features = ner_features.ner_features(
-            examples, tokenizer, task.labels, task.max_seq_length, stride
+            examples, tokenizer, task.labels, task.max_seq_length, stride, "ignore"
         )
         out = _run(features.arrays, size, forward)
         tags = ner_features.merge(features, np.argmax(out["logits"], -1))

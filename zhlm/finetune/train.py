@@ -164,7 +164,7 @@ class _Data:
             stride = ner_features.task_stride(task)
             args = (tokenizer, task.labels, task.max_seq_length, stride)
             self.train = ner_features.ner_features(train, *args).arrays
-            self.features = ner_features.ner_features(self.examples, *args)
+            self.features = ner_features.ner_features(self.examples, *args, "ignore")
             self.eval = self.features.arrays
         else:
             args = (tokenizer, task.labels, task.max_seq_length)

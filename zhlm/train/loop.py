@@ -27,7 +27,7 @@ from absl import logging
 
 from zhlm import paths
 from zhlm import workdir as layout
-from zhlm.data import cache
+from zhlm.data import cache, dialogue
 from zhlm.data import loader as data_loader
 from zhlm.train import curves, resume, sharding, sums
 from zhlm.train import metrics as metrics_lib
@@ -135,8 +135,8 @@ class _Evaluator:
 def _by_objective(per_source: dict, data_config) -> dict:
     """The sentence head's means split into ``dlm_*`` (dialogue sources: real/fake) and
     ``nsp_*``/``sop_*`` (text sources); nothing without dialogue sources."""
-    dialogue = set(data_config.dialogue_sources)
-    if not dialogue:
+    dialogue_sources = set(data_config.dialogue_sources)
+    if not dialogue_sources:
         return {}
     text_name = "sop" if data_config.format == "sop" else "nsp"
     groups = {"dlm": None, text_name: None}
@@ -144,7 +144,7 @@ def _by_objective(per_source: dict, data_config) -> dict:
     for source, m in per_source.items():
         if "sentence_count" not in m:
             continue
-        name = "dlm" if source in dialogue else text_name
+        name = "dlm" if source in dialogue_sources else text_name
         part = {k.replace("sentence", name): m[k] for k in keys}
         groups[name] = sums.add(groups[name], part)
     out = {}
@@ -171,6 +171,7 @@ def _log_line(window, seconds, steps, flops, peak):
 
 def train_and_evaluate(config, workdir: str):
     """Trains ``config`` in ``workdir`` (resuming what is there); returns the final state."""
+    dialogue.check_heads(config)
     initialize_distributed(config.train)
     lead = jax.process_index() == 0
     root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
