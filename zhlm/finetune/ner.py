@@ -141,8 +141,11 @@ def _parse_line(text: str) -> tuple[str, str, tuple[str, str] | None]:
     ``"\u3000 O"`` in a space-separated file)."""
     if _NOT_UTF8.search(text):
         return "", "", (MALFORMED_LINE, "not UTF-8")
-    spaced = None if "\t" in text else _SPACED.fullmatch(text.rstrip())
-    fields = text.split("\t") if "\t" in text else spaced.groups() if spaced else text.split()
+    if "\t" in text:
+        fields = text.split("\t")
+    else:
+        spaced = _SPACED.fullmatch(text.rstrip())
+        fields = spaced.groups() if spaced else text.split()
     if len(fields) != 2:
         return "", "", (MALFORMED_LINE, f"{len(fields)} fields, expected char and tag")
     char, tag = fields[0], fields[1].strip()
