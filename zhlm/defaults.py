@@ -111,6 +111,10 @@ def _train():
             # Parameters to start from when the workdir has no checkpoint: a zhlm checkpoint
             # (zhlm-convert's output), a pretraining workdir or a Hugging Face folder.
             init_from="",
+            # When the workdir's checkpoints cannot be continued (a changed config makes them
+            # incompatible, or none restores): keep that run in previous-<n>/ and start anew,
+            # instead of stopping. A workdir whose checkpoint restores is always continued.
+            restart=False,
             peak_flops=0.0,  # per-device peak FLOP/s for MFU (0: known TPUs, GPUs by device kind)
             # Multi-host: call jax.distributed.initialize(); the three values below are
             # detected on Cloud TPU and needed elsewhere (one process each, e.g. CPU tests).

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging as std_logging
+import os
+import sys
 
 import flax.linen as nn
 import jax
@@ -105,19 +108,72 @@ def _read_config(folder) -> ml_collections.ConfigDict:
 
 
 def _load_pretraining(folder: str) -> Loaded:
-    """The parameters of a pretraining workdir's newest step, restored alone (no optimizer)."""
+    """The parameters of a pretraining workdir's newest step that reads, restored alone (no
+    optimizer). Newer steps that do not read (truncated by a crash) are skipped with a warning,
+    as the workdir's own resume skips them; the workdir itself is left as it is."""
+    quiet_orbax()
     config = _read_config(folder)
-    options = ocp.CheckpointManagerOptions(read_only=True)
-    with ocp.CheckpointManager(workdir.path(folder, workdir.CHECKPOINTS), options=options) as m:
-        step = m.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"{folder}/{workdir.CHECKPOINTS}: no checkpoint to start from")
-        abstract = {"params": nn.unbox(abstract_variables(build_model(config)))["params"]}
+    abstract = {"params": nn.unbox(abstract_variables(build_model(config)))["params"]}
+    skipped = []
+    for step in reversed(workdir.checkpoint_steps(folder)):
         restore = ocp.args.PyTreeRestore(
             item=abstract,
             restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
             partial_restore=True,
         )
-        state = m.restore(step, args=ocp.args.Composite(state=restore)).state
-    params = jax.tree_util.tree_map(jax.numpy.asarray, state["params"])
-    return Loaded(params, config, f"pretraining workdir {folder} (step {step})")
+        try:
+            state = ocp.PyTreeCheckpointer().restore(
+                workdir.path(folder, workdir.CHECKPOINTS, str(step), "state"), args=restore
+            )
+        except Exception as e:  # orbax and tensorstore raise many types for a broken folder
+            skipped.append(f"step {step}: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        if skipped:
+            logging.warning(
+                "%s: took step %d; newer steps do not read (%s)", folder, step, "; ".join(skipped)
+            )
+        params = jax.tree_util.tree_map(jax.numpy.asarray, state["params"])
+        return Loaded(params, config, f"pretraining workdir {folder} (step {step})")
+    if skipped:
+        raise ValueError(f"{folder}: no checkpoint reads ({'; '.join(skipped)})")
+    raise FileNotFoundError(f"{folder}/{workdir.CHECKPOINTS}: no checkpoint to start from")
+
+
+def quiet_orbax():
+    """Keeps orbax's own reports of a failed checkpoint read or write off the terminal, where
+    zhlm reports the failure once, in one line (they go to the debug log).
+
+    - When one array of a checkpoint fails to read, orbax closes its event loop while the reads
+      of the other arrays are in flight; each then reports ``RuntimeError('Event loop is
+      closed')`` as an unraisable exception: one traceback per array; after a failed save,
+      each abandoned write does the same when the interpreter exits.
+    - A failed asynchronous save is logged at error level, with its traceback, by several of
+      orbax's threads before the exception reaches the caller.
+    Every other unraisable exception and log line is shown as before. Idempotent.
+    """
+    if getattr(sys.unraisablehook, "zhlm_quiet", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        e, code = unraisable.exc_value, getattr(unraisable.object, "cr_code", None)
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return
+        if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
+            return  # a write abandoned after its save failed, collected at exit
+        previous(unraisable)
+
+    hook.zhlm_quiet = True
+    sys.unraisablehook = hook
+    absl_logger = std_logging.getLogger("absl")
+    absl_logger.addFilter(_demote_orbax_errors)
+
+
+def _demote_orbax_errors(record) -> bool:
+    """A logging filter: orbax's error lines become debug lines."""
+    if record.levelno >= std_logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname:
+        if logging.get_verbosity() >= logging.DEBUG:
+            record.levelno, record.levelname = std_logging.DEBUG, "DEBUG"
+            return True
+        return False
+    return True

@@ -29,7 +29,7 @@ from zhlm import paths
 from zhlm import workdir as layout
 from zhlm.data import cache, dialogue
 from zhlm.data import loader as data_loader
-from zhlm.train import curves, resume, sharding, sums
+from zhlm.train import checkpoint, curves, resume, sharding, sums
 from zhlm.train import metrics as metrics_lib
 from zhlm.train.step import make_trainer
 
@@ -176,14 +176,15 @@ def train_and_evaluate(config, workdir: str):
     lead = jax.process_index() == 0
     root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
     root.mkdir(parents=True, exist_ok=True)
-    if lead:
-        (root / layout.CONFIG).write_text(config.to_json(indent=2))
     path = cache.ensure_dataset(config, progress=lead)
     loader = data_loader.from_config(path, config)
     trainer = make_trainer(config)
+    checkpoint.quiet_orbax()
     mngr = resume.manager(workdir, config)
     state, where = resume.restore_or_init(mngr, trainer, loader, config)
     start = int(jax.device_get(state["step"]))
+    if lead:  # only now: a checkpoint this config cannot continue keeps its config.json
+        (root / layout.CONFIG).write_text(config.to_json(indent=2))
     train = config.train
     logging.info("training %s from %s; dataset %s (%s)", config.recipe, where, path, loader.sizes)
     if lead:
@@ -191,7 +192,7 @@ def train_and_evaluate(config, workdir: str):
     evaluate = _Evaluator(trainer, loader, config)
     if train.eval_every and not loader.num_eval_batches():
         logging.warning("held-out set smaller than one batch: no evaluation")
-    writer = metrics_lib.Writer(workdir, enabled=lead)
+    writer = metrics_lib.Writer(workdir, enabled=lead, start_step=start)
     rng = jax.random.key(train.seed)
     flops = train.batch_size * metrics_lib.train_flops_per_sequence(
         trainer.model.config, config.data.max_seq_length, config.masking.max_predictions_per_seq
@@ -231,8 +232,8 @@ def train_and_evaluate(config, workdir: str):
                     break
     finally:
         bar.close()
-        mngr.wait_until_finished()
         writer.close()
+        resume.wait_until_saved(mngr)
     if lead:
         logging.info("curves: %s", curves.plot(workdir))
     return state

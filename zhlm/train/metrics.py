@@ -1,7 +1,8 @@
 """What the loop reports: metric lines (JSONL and TensorBoard) and the FLOPs behind MFU.
 
 ``metrics.jsonl`` in the workdir holds one JSON object per log or eval step (``step``,
-``split``, then the scalars), appended, so a resumed run continues the same file; TensorBoard
+``split``, then the scalars), appended, so a resumed run continues the same file (the lines of
+steps after the one it resumed from, which it writes again, are dropped first); TensorBoard
 event files (tensorboardX: no TensorFlow needed) sit beside it under ``tensorboard/``. Only
 process 0 writes.
 
@@ -65,7 +66,16 @@ class Writer:
     at most every ``remote_flush_seconds`` and on ``close`` (the loop closes it on preemption).
     """
 
-    def __init__(self, workdir: str, enabled: bool = True, remote_flush_seconds: float = 30.0):
+    def __init__(
+        self,
+        workdir: str,
+        enabled: bool = True,
+        remote_flush_seconds: float = 30.0,
+        start_step: int | None = None,
+    ):
+        """``start_step``: the step a pretraining run starts from; lines of later steps (from
+        the part of an earlier run after its last checkpoint) are dropped, so that each step
+        has one line. None keeps every line (fine-tuning's splits start at 0 each)."""
         self.enabled = enabled
         self.path = layout.path(workdir, layout.METRICS)
         self._remote = paths.is_remote(self.path)
@@ -73,6 +83,8 @@ class Writer:
         self._tb = None
         if not enabled:
             return
+        if start_step is not None and self.path.exists():
+            self._drop_after(start_step)
         if self._remote and self.path.exists():  # a resumed run continues the same file
             self._lines = self.path.read_text().splitlines(keepends=True)
         from tensorboardX import SummaryWriter
@@ -94,6 +106,14 @@ class Writer:
         for key, value in scalars.items():
             self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
         self._tb.flush()
+
+    def _drop_after(self, step: int):
+        """Rewrites the file without the lines of steps after ``step`` (and a line cut short
+        by a killed process), when it has any."""
+        lines = self.path.read_text().splitlines(keepends=True)
+        kept = [t for t in lines if t.endswith("\n") and json.loads(t)["step"] <= step]
+        if len(kept) < len(lines):
+            self.path.write_text("".join(kept))
 
     def _flush(self):
         self.path.write_text("".join(self._lines))

@@ -2,13 +2,28 @@
 
 Restore order: the workdir's latest checkpoint (train state and data-loader position, so the
 run continues exactly where it stopped) -> ``config.train.init_from`` (parameters only, from any
-source ``zhlm.train.checkpoint.load`` reads; fresh optimizer) -> fresh init. A checkpoint that
-cannot be restored (truncated by a crash, corrupted) is moved aside as ``corrupt-<step>`` with
-a warning and the previous one is tried.
+source ``zhlm.train.checkpoint.load`` reads; fresh optimizer) -> fresh init.
+
+A saved step is one of three things, and each is treated differently:
+- *restorable*: the run continues from it;
+- *corrupt* (files missing, truncated or unreadable): skipped for the previous step, and moved
+  aside as ``corrupt-<step>`` once an older step has restored, so nothing is lost while no step
+  restores;
+- *incompatible* (complete, but its tree of keys, shapes and dtypes, or its recipe, differs
+  from what this config builds: a changed optimizer, model size or recipe): the run stops before
+  it writes anything, naming the differing keys and the config values that differ from the
+  saved ``config.json``. Continuing would silently train another model.
+When steps exist and none restores, the run stops too and lists each step and why. With
+``config.train.restart`` both stops become a new run instead: the old run's files are kept in
+``previous-<n>/`` and the workdir starts empty. A restorable checkpoint is always continued.
 
 Saves are asynchronous (orbax copies the arrays to host memory before ``save`` returns, so the
 next step may reuse the donated buffers), keep the last ``config.train.keep_checkpoints``.
 """
+
+import json
+import os
+import shutil
 
 import jax
 import numpy as np
@@ -17,9 +32,18 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
+from zhlm import paths
 from zhlm import workdir as layout
 from zhlm.models import fit_vocab
 from zhlm.train import checkpoint
+
+STATE, LOADER = "state", "loader"  # the items of a training checkpoint
+RUN_FILES = (layout.CONFIG, layout.METRICS, layout.TENSORBOARD, "curves.png", layout.CHECKPOINTS)
+
+
+class CheckpointError(ValueError):
+    """The workdir's checkpoints cannot be continued, or a save failed: the run stops with
+    this one message, which says what to do."""
 
 
 def manager(workdir: str, config) -> ocp.CheckpointManager:
@@ -32,31 +56,159 @@ def manager(workdir: str, config) -> ocp.CheckpointManager:
 def save(mngr, state, loader_state: dict, force: bool = False):
     step = int(jax.device_get(state["step"]))
     args = ocp.args.Composite(
-        state=ocp.args.StandardSave(state), loader=ocp.args.JsonSave(loader_state)
+        **{STATE: ocp.args.StandardSave(state), LOADER: ocp.args.JsonSave(loader_state)}
     )
-    mngr.save(step, args=args, force=force)
+    try:
+        mngr.save(step, args=args, force=force)
+    except Exception as e:  # the previous asynchronous save's failure surfaces here
+        raise save_failed(mngr, e) from e
     return step
 
 
-def restore_latest(mngr, trainer):
-    """``(state, loader_state)`` of the newest checkpoint that restores, or None."""
-    abstract = trainer.abstract_state()
+def wait_until_saved(mngr):
+    """Waits for the asynchronous save in flight; a failure becomes one :class:`CheckpointError`."""
+    try:
+        mngr.wait_until_finished()
+    except Exception as e:
+        raise save_failed(mngr, e) from e
+
+
+def restore_latest(mngr, trainer, config):
+    """``(state, loader_state)`` of the newest step that restores, or None when there is no
+    step; :class:`CheckpointError` when a step is incompatible or none restores (see the
+    module docstring)."""
+    checkpoint.quiet_orbax()
+    abstract, saved = trainer.abstract_state(), _saved_config(mngr)
+    corrupt = {}
     for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            differences = incompatibility(epath.Path(mngr.directory) / str(step) / STATE, abstract)
+        except Exception as e:  # a missing or truncated metadata file raises many types
+            corrupt[step] = _why(e)
+            continue
+        if differences or saved.get("recipe", config.recipe) != config.recipe:
+            raise CheckpointError(_incompatible_message(mngr, step, differences, saved, config))
         args = ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), loader=ocp.args.JsonRestore()
+            **{STATE: ocp.args.StandardRestore(abstract), LOADER: ocp.args.JsonRestore()}
         )
         try:
             restored = mngr.restore(step, args=args)
         except Exception as e:  # orbax and tensorstore raise many types for a broken folder
-            logging.warning(
-                "checkpoint %d in %s cannot be restored (%s: %s); moving it aside and trying "
-                "the previous one",
-                step, mngr.directory, type(e).__name__, str(e)[:300],
-            )  # fmt: skip
-            _move_aside(mngr, step)
+            corrupt[step] = _why(e)
             continue
-        return restored.state, restored.loader
+        for bad, why in corrupt.items():
+            logging.warning(
+                "checkpoint %d in %s cannot be restored (%s); continuing from step %d and "
+                "moving it aside", bad, mngr.directory, why, step,
+            )  # fmt: skip
+            _move_aside(mngr, bad)
+        return restored[STATE], restored[LOADER]
+    if corrupt:
+        listed = "; ".join(f"step {s}: {why}" for s, why in corrupt.items())
+        raise CheckpointError(
+            f"no checkpoint in {mngr.directory} restores ({listed}); to start a new run here "
+            "and keep these in previous-<n>/, pass --config.train.restart=True"
+        )
     return None
+
+
+def _why(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error)[:200]}"
+
+
+def incompatibility(step_dir, abstract) -> list[str]:
+    """How the tree saved in ``step_dir`` differs from ``abstract`` (keys, shapes, dtypes; []
+    when it does not); raises when its metadata cannot be read (a corrupt step)."""
+    have = _leaves(ocp.StandardCheckpointHandler().metadata(epath.Path(step_dir)))
+    want = _leaves(abstract)
+    out = [f"{k}: saved, not in this config's state" for k in have if k not in want]
+    out += [f"{k}: in this config's state, not saved" for k in want if k not in have]
+    out += [
+        f"{k}: saved {have[k][0]} {have[k][1]}, this config builds {want[k][0]} {want[k][1]}"
+        for k in want
+        if k in have and have[k] != want[k]
+    ]
+    return out
+
+
+def _leaves(tree) -> dict:
+    """``{"opt_state/1/mu/...": (shape, dtype name)}``: saved metadata and abstract states name
+    a namedtuple's fields differently (dict key vs attribute); the names are the same."""
+
+    def name(key):
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                return str(getattr(key, attr))
+        return str(key)
+
+    return {
+        "/".join(map(name, path)): (tuple(leaf.shape), np.dtype(leaf.dtype).name)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def _saved_config(mngr) -> dict:
+    """The workdir's ``config.json`` (the run that wrote the checkpoints), or {}."""
+    path = epath.Path(mngr.directory).parent / layout.CONFIG
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _flat(values: dict, prefix="") -> dict:
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(saved: dict, config) -> list[str]:
+    """``key: saved -> now`` for every config value that differs from ``saved``."""
+    old, new = _flat(saved), _flat(json.loads(config.to_json()))
+    return [
+        f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+    ]
+
+
+def _incompatible_message(mngr, step, differences, saved, config) -> str:
+    changes = config_changes(saved, config)
+    lines = [
+        f"checkpoint {step} in {mngr.directory} was written by another config and cannot be "
+        "continued; nothing was changed. Run with the saved config.json's values, use another "
+        "--workdir, or pass --config.train.restart=True to keep that run in previous-<n>/ "
+        "and start anew.",
+        "  config values that differ from the saved config.json:",
+        *([f"    {c}" for c in changes[:20]] or ["    (none, or no config.json was saved)"]),
+    ]
+    if differences:
+        lines.append(f"  state that differs ({len(differences)}):")
+        lines += [f"    {d}" for d in differences[:10]]
+    return "\n".join(lines)
+
+
+def start_over(workdir: str) -> str | None:
+    """Moves a previous run's files into ``previous-<n>/`` (process 0; all processes wait);
+    returns that folder, or None when the workdir holds no run."""
+    root = layout.path(workdir)
+    present = [name for name in RUN_FILES if (root / name).exists()]
+    target = None
+    if present and jax.process_index() == 0:
+        n = 1
+        while (root / f"previous-{n}").exists():
+            n += 1
+        target = root / f"previous-{n}"
+        target.mkdir(parents=True)
+        for name in present:
+            (root / name).rename(target / name)
+        logging.warning("train.restart: the previous run in %s is kept in %s", root, target)
+    _sync("zhlm start over")
+    return str(target) if target else None
 
 
 def _move_aside(mngr, step):
@@ -71,11 +223,15 @@ def _move_aside(mngr, step):
         if src.is_dir():
             src.rename(src.parent / name)
             logging.warning("moved %s to %s", src, name)
+    _sync(f"zhlm corrupt checkpoint {step}")
+    mngr.reload()
+
+
+def _sync(name: str):
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        multihost_utils.sync_global_devices(f"zhlm corrupt checkpoint {step}")
-    mngr.reload()
+        multihost_utils.sync_global_devices(name)
 
 
 def place_params(params, abstract_params, shardings, path: str, model_config=None):
@@ -109,7 +265,17 @@ def place_params(params, abstract_params, shardings, path: str, model_config=Non
 def restore_or_init(mngr, trainer, loader, config):
     """The state to train from, following the restore order of the module docstring; sets the
     loader's position. Returns ``(state, where)``, ``where`` saying which source was used."""
-    restored = restore_latest(mngr, trainer)
+    try:
+        restored = restore_latest(mngr, trainer, config)
+    except CheckpointError:
+        if not config.train.restart:
+            raise
+        kept = start_over(str(epath.Path(mngr.directory).parent))
+        epath.Path(mngr.directory).mkdir(parents=True, exist_ok=True)
+        mngr.reload()
+        restored, note = None, f" (the previous run is kept in {kept})"
+    else:
+        note = ""
     if restored is not None:
         state, loader_state = restored
         loader.set_state(loader_state)
@@ -127,5 +293,33 @@ def restore_or_init(mngr, trainer, loader, config):
                 params, abstract, trainer.state_shardings["params"], path, trainer.model.config
             ),
         )
-        return state, f"parameters of {path}"
-    return state, "fresh initialisation"
+        return state, f"parameters of {path}{note}"
+    return state, f"fresh initialisation{note}"
+
+
+def save_failed(mngr, error: Exception) -> CheckpointError:
+    """One line for a save that failed (raised by ``save`` or ``wait_until_finished``): the
+    newest step still on disk, and for a full disk the space a checkpoint takes and what is
+    free. The partly written step is removed (it holds space, and no run reads it)."""
+    directory = epath.Path(mngr.directory)
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    kept = f"step {steps[-1]}, intact" if steps else "none"
+    text = f"{type(error).__name__}: {error}"
+    if not any(sign in text for sign in ("RESOURCE_EXHAUSTED", "No space left", "ENOSPC")):
+        return CheckpointError(
+            f"saving a checkpoint in {directory} failed ({text[:300]}); the last checkpoint "
+            f"is {kept}: run the same command again to continue from it"
+        )
+    if jax.process_index() == 0:
+        for partial in directory.glob("*.orbax-checkpoint-tmp*"):
+            partial.rmtree()
+    needs = ""
+    if steps and not paths.is_remote(directory):
+        newest = os.fspath(directory / str(steps[-1]))
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(newest) for f in fs)
+        free = shutil.disk_usage(os.fspath(directory)).free
+        needs = f" (a checkpoint takes {size / 1e6:.1f} MB, {free / 1e6:.1f} MB are free)"
+    return CheckpointError(
+        f"no space left in {directory} to save a checkpoint{needs}; the last checkpoint is "
+        f"{kept}: free space and run the same command again to continue from it"
+    )
