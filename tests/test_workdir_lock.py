@@ -1,6 +1,7 @@
 """One run per workdir (``zhlm.workdir_lock``): a second run is refused with the holder named,
 a lock left by a gone process is taken over with a warning, the lock is released at exit and on
-an exception, the same on cloud storage (fsspec's memory file system standing in for GCS)."""
+an exception, the same on cloud storage (fsspec's memory file system standing in for GCS), and
+two ``zhlm-pretrain`` commands on one workdir: the second stops, the first is unharmed."""
 
 import datetime
 import json
@@ -13,8 +14,10 @@ import time
 import uuid
 
 import pytest
+from helpers import ROOT, load_config
 
 from zhlm import workdir_lock
+from zhlm.train import metrics
 
 
 def lock_file(workdir):
@@ -156,3 +159,49 @@ def test_cloud_storage_lock_refuses_and_releases():
     second.acquire()
     assert json.loads(second.file.read())["command"] == "zhlm-finetune"
     second.release()
+
+
+def test_pretraining_and_fine_tuning_refuse_a_held_workdir_before_writing(tmp_path):
+    from test_finetune import load_task
+
+    from zhlm.finetune.train import finetune
+    from zhlm.train.loop import train_and_evaluate
+
+    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+        with pytest.raises(workdir_lock.WorkdirLocked, match="in use by zhlm-pretrain"):
+            train_and_evaluate(load_config("macbert", "tiny"), str(tmp_path))
+        with pytest.raises(workdir_lock.WorkdirLocked, match="in use by zhlm-pretrain"):
+            finetune(load_task("chnsenticorp"), None, str(tmp_path))
+        assert os.listdir(tmp_path) == ["lock.json"]
+
+
+@pytest.mark.slow
+def test_a_second_command_on_a_workdir_in_use_stops_and_the_first_is_unharmed(tmp_path):
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "zhlm.cli.pretrain", "--config=configs/macbert.py:tiny"]
+    cmd += [f"--workdir={workdir}", "--config.train.batch_size=8", "--config.train.log_every=1"]
+    cmd += ["--config.train.checkpoint_every=4", "--config.optim.warmup_steps=2"]
+    log = tmp_path / "first.log"  # a file, not a pipe: nothing reads it while the first runs
+    with open(log, "w") as out:
+        first = subprocess.Popen(
+            cmd + ["--config.train.num_steps=12"], cwd=ROOT, stdout=out, stderr=out
+        )
+    deadline = time.time() + 300
+    while not os.path.exists(lock_file(workdir)):
+        assert first.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    second = subprocess.run(
+        cmd + ["--config.train.num_steps=13"], cwd=ROOT, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    first_was_running = first.poll() is None
+    assert first.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"zhlm-pretrain: workdir {workdir} is in use by zhlm-pretrain"), last
+    assert f"pid {first.pid} on host {socket.gethostname()}" in last
+    assert first_was_running  # the refusal came while the first was training
+    assert [line["step"] for line in metrics.read(str(workdir))] == list(range(1, 13))
+    with open(workdir / "config.json") as f:
+        assert json.load(f)["train"]["num_steps"] == 12
+    assert not os.path.exists(lock_file(workdir))
