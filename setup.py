@@ -61,8 +61,9 @@ setuptools.setup(
         "tpu": ["jax[tpu]>=0.5"],
         # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare --beam_runner).
         "beam": ["apache-beam"],
-        # gs:// workdirs and checkpoints (zhlm.paths; launch_tpu.sh installs it on the workers).
-        "gcs": ["gcsfs"],
+        # gs:// workdirs and checkpoints (zhlm.paths; launch_tpu.sh installs it on the workers);
+        # 2024.12 creates an object only if absent, as the workdir lock needs.
+        "gcs": ["gcsfs>=2024.12.0"],
         # Other checkpoint formats for zhlm-convert / init_from (zhlm.convert.formats):
         # pytorch_model.bin (install torch's CPU build first, see README), tf_model.h5, and
         # TF1 *.ckpt (TensorFlow; it also routes etils/TFDS gs:// paths through tf.io.gfile).

@@ -26,10 +26,11 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     from zhlm.convert import ConversionError
     from zhlm.finetune.train import finetune
+    from zhlm.workdir_lock import WorkdirLocked
 
     try:
         finetune(_CONFIG.value, _INIT.value, _WORKDIR.value)
-    except (ValueError, FileNotFoundError, KeyError, ConversionError) as e:
+    except (ValueError, FileNotFoundError, KeyError, ConversionError, WorkdirLocked) as e:
         sys.exit(f"zhlm-finetune: {e}")
 
 

@@ -23,10 +23,11 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     from zhlm.train.loop import train_and_evaluate
+    from zhlm.workdir_lock import WorkdirLocked
 
     try:
         train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    except (ValueError, FileNotFoundError, FloatingPointError, WorkdirLocked) as e:
         sys.exit(f"zhlm-pretrain: {e}")
 
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zhlm import defaults, paths
+from zhlm import defaults, paths, workdir_lock
 from zhlm import workdir as layout
 from zhlm.finetune import diagnose, heads, mrc, ner, ner_features, ner_metric, tasks
 from zhlm.models import dropout_rngs
@@ -56,7 +56,13 @@ LOSS = "task"  # the objective's name in the step's sums (zhlm.train.sums)
 
 def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
     """Runs ``config.train.seeds`` fine-tuning runs from ``init`` (a zhlm checkpoint, pretrain
-    workdir or HF folder; None: random encoder) and returns what ``results.json`` holds."""
+    workdir or HF folder; None: random encoder) and returns what ``results.json`` holds.
+    Raises ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir``."""
+    with workdir_lock.hold(workdir, "zhlm-finetune"):  # before anything is written there
+        return _finetune(config, init, workdir)
+
+
+def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
     started = time.time()
     config = config.copy_and_resolve_references()
     root = layout.path(workdir)

@@ -15,6 +15,8 @@ What it guarantees:
   is written after it: a save happens only once that step's loss and gradient norm are known to
   be finite, so the last checkpoint is the last good one. The check is one step behind (it
   reads step t's loss after step t+1 is queued), so the device never idles for it.
+- One run per workdir: a second run on a workdir in use stops before writing anything there
+  (``zhlm.workdir_lock``).
 """
 
 import contextlib
@@ -25,7 +27,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from zhlm import paths
+from zhlm import paths, workdir_lock
 from zhlm import workdir as layout
 from zhlm.data import cache, dialogue
 from zhlm.data import loader as data_loader
@@ -170,9 +172,15 @@ def _log_line(window, seconds, steps, flops, peak):
 
 
 def train_and_evaluate(config, workdir: str):
-    """Trains ``config`` in ``workdir`` (resuming what is there); returns the final state."""
+    """Trains ``config`` in ``workdir`` (resuming what is there); returns the final state.
+    Raises ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir``."""
     dialogue.check_heads(config)
     initialize_distributed(config.train)
+    with workdir_lock.hold(workdir, "zhlm-pretrain"):  # before anything is written there
+        return _train(config, workdir)
+
+
+def _train(config, workdir: str):
     lead = jax.process_index() == 0
     root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
     root.mkdir(parents=True, exist_ok=True)

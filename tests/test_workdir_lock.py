@@ -1,0 +1,207 @@
+"""One run per workdir (``zhlm.workdir_lock``): a second run is refused with the holder named,
+a lock left by a gone process is taken over with a warning, the lock is released at exit and on
+an exception, the same on cloud storage (fsspec's memory file system standing in for GCS), and
+two ``zhlm-pretrain`` commands on one workdir: the second stops, the first is unharmed."""
+
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from helpers import ROOT, load_config
+
+from zhlm import workdir_lock
+from zhlm.train import metrics
+
+
+def lock_file(workdir):
+    return os.path.join(workdir, "lock.json")
+
+
+def read_lock(workdir) -> dict:
+    with open(lock_file(workdir)) as f:
+        return json.load(f)
+
+
+def put_lock(workdir, fields: dict):
+    """Written whole (a heartbeat may be reading it)."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(lock_file(workdir) + ".tmp", "w") as f:
+        json.dump(fields, f)
+    os.replace(lock_file(workdir) + ".tmp", lock_file(workdir))
+
+
+def write_lock(workdir, host, pid, heartbeat_age=0.0):
+    """A lock as another run would have left it, its last heartbeat ``heartbeat_age`` s ago."""
+    then = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=heartbeat_age)
+    stamp = then.isoformat(timespec="seconds")
+    holder = dict(command="zhlm-pretrain", pid=pid, host=host, started=stamp, heartbeat=stamp)
+    put_lock(workdir, dict(holder, token="theirs"))
+
+
+def dead_pid():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_second_holder_is_refused_and_the_lock_is_released_at_exit(tmp_path):
+    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+        holder = read_lock(tmp_path)
+        assert (holder["pid"], holder["host"]) == (os.getpid(), socket.gethostname())
+        with pytest.raises(workdir_lock.WorkdirLocked) as refused:
+            with workdir_lock.hold(tmp_path, "zhlm-finetune"):
+                pytest.fail("two holders")
+    message = str(refused.value)
+    assert f"pid {os.getpid()} on host {socket.gethostname()}" in message
+    assert message.startswith(f"workdir {tmp_path} is in use by zhlm-pretrain")
+    assert "\n" not in message and message.endswith("pick another --workdir")
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_lock_is_released_on_an_exception(tmp_path):
+    with pytest.raises(KeyError):
+        with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+            raise KeyError("boom")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_dead_process_lock_on_this_host_is_taken_over_with_a_warning(tmp_path, caplog):
+    pid = dead_pid()
+    write_lock(tmp_path, socket.gethostname(), pid)
+    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+        assert read_lock(tmp_path)["pid"] == os.getpid()
+    assert "taking over the lock" in caplog.text
+    assert f"process {pid} is not running" in caplog.text
+
+
+def test_a_lock_from_before_this_host_restarted_is_taken_over(tmp_path, caplog):
+    if not workdir_lock._boot_id():
+        pytest.skip("no boot id on this system")
+    write_lock(tmp_path, socket.gethostname(), os.getpid())  # a live pid, reused since
+    put_lock(tmp_path, dict(read_lock(tmp_path), boot="an earlier boot"))
+    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+        assert read_lock(tmp_path)["boot"] == workdir_lock._boot_id()
+    assert f"host {socket.gethostname()} has restarted since" in caplog.text
+
+
+def test_a_live_lock_from_another_host_is_refused(tmp_path):
+    write_lock(tmp_path, "tpu-worker-7", 4242, heartbeat_age=120)
+    with pytest.raises(workdir_lock.WorkdirLocked, match="pid 4242 on host tpu-worker-7"):
+        with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+            pytest.fail("taken from a live run")
+    assert read_lock(tmp_path)["token"] == "theirs"
+
+
+def test_an_old_lock_from_another_host_is_taken_over_with_a_warning(tmp_path, caplog):
+    write_lock(tmp_path, "tpu-worker-7", 4242, heartbeat_age=3600)
+    with workdir_lock.hold(tmp_path, "zhlm-finetune"):
+        assert read_lock(tmp_path)["command"] == "zhlm-finetune"
+    assert "no heartbeat for 60 min (stale after 5 min)" in caplog.text
+    assert not os.path.exists(lock_file(tmp_path))
+
+
+def test_the_heartbeat_refreshes_the_lock_and_leaves_a_taken_one_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.05)
+    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+        mine = read_lock(tmp_path)
+        old = dict(mine, heartbeat="2001-01-01T00:00:00+00:00")
+        put_lock(tmp_path, old)
+        deadline = time.time() + 10
+        while read_lock(tmp_path)["heartbeat"] == old["heartbeat"]:
+            assert time.time() < deadline, "no heartbeat"
+            time.sleep(0.05)
+        put_lock(tmp_path, dict(mine, token="theirs"))  # taken over by another run
+        time.sleep(0.3)
+    assert read_lock(tmp_path) == dict(mine, token="theirs")  # neither refreshed nor removed
+
+
+def test_one_of_many_runs_finding_a_stale_lock_takes_it(tmp_path):
+    path = lock_file(tmp_path)
+    stale = workdir_lock._Lock(path, "zhlm-pretrain")
+    stale.fields.update(host="gone-host", heartbeat="2001-01-01T00:00:00+00:00")
+    stale.file.create(stale._data())
+    outcomes = []
+
+    def contend():
+        lock = workdir_lock._Lock(path, "zhlm-pretrain")
+        try:
+            lock.acquire()
+            outcomes.append(lock)
+        except workdir_lock.WorkdirLocked as e:
+            outcomes.append(str(e))
+
+    threads = [threading.Thread(target=contend) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [o for o in outcomes if isinstance(o, workdir_lock._Lock)]
+    assert len(winners) == 1, outcomes
+    assert all("is in use by" in o for o in outcomes if isinstance(o, str)), outcomes
+    winners[0].release()
+    assert workdir_lock._storage(path).read() is None
+
+
+def test_cloud_storage_lock_refuses_and_releases():
+    path = f"memory://zhlm-test-{uuid.uuid4().hex}/run/lock.json"
+    first, second = (workdir_lock._Lock(path, c) for c in ("zhlm-pretrain", "zhlm-finetune"))
+    first.acquire()
+    with pytest.raises(workdir_lock.WorkdirLocked, match=r"memory://.*/run is in use by zhlm-pre"):
+        second.acquire()
+    first.release()
+    second.acquire()
+    assert json.loads(second.file.read())["command"] == "zhlm-finetune"
+    second.release()
+
+
+def test_pretraining_and_fine_tuning_refuse_a_held_workdir_before_writing(tmp_path):
+    from test_finetune import load_task
+
+    from zhlm.finetune.train import finetune
+    from zhlm.train.loop import train_and_evaluate
+
+    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
+        with pytest.raises(workdir_lock.WorkdirLocked, match="in use by zhlm-pretrain"):
+            train_and_evaluate(load_config("macbert", "tiny"), str(tmp_path))
+        with pytest.raises(workdir_lock.WorkdirLocked, match="in use by zhlm-pretrain"):
+            finetune(load_task("chnsenticorp"), None, str(tmp_path))
+        assert os.listdir(tmp_path) == ["lock.json"]
+
+
+@pytest.mark.slow
+def test_a_second_command_on_a_workdir_in_use_stops_and_the_first_is_unharmed(tmp_path):
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "zhlm.cli.pretrain", "--config=configs/macbert.py:tiny"]
+    cmd += [f"--workdir={workdir}", "--config.train.batch_size=8", "--config.train.log_every=1"]
+    cmd += ["--config.train.checkpoint_every=4", "--config.optim.warmup_steps=2"]
+    log = tmp_path / "first.log"  # a file, not a pipe: nothing reads it while the first runs
+    with open(log, "w") as out:
+        first = subprocess.Popen(
+            cmd + ["--config.train.num_steps=12"], cwd=ROOT, stdout=out, stderr=out
+        )
+    deadline = time.time() + 300
+    while not os.path.exists(lock_file(workdir)):
+        assert first.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    second = subprocess.run(
+        cmd + ["--config.train.num_steps=13"], cwd=ROOT, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    first_was_running = first.poll() is None
+    assert first.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"zhlm-pretrain: workdir {workdir} is in use by zhlm-pretrain"), last
+    assert f"pid {first.pid} on host {socket.gethostname()}" in last
+    assert first_was_running  # the refusal came while the first was training
+    assert [line["step"] for line in metrics.read(str(workdir))] == list(range(1, 13))
+    with open(workdir / "config.json") as f:
+        assert json.load(f)["train"]["num_steps"] == 12
+    assert not os.path.exists(lock_file(workdir))
