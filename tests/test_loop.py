@@ -214,6 +214,25 @@ def test_init_from_a_hugging_face_folder(corpus, tmp_path):
         resume.restore_or_init(mngr, make_trainer(config), loader, config)
 
 
+def test_init_from_is_evaluated_at_step_0_and_the_run_ends_with_a_summary(corpus, tmp_path, capsys):
+    """The step-0 evaluation of a run from ``init_from`` a pretraining workdir is that workdir's
+    last evaluation (the same parameters on the same held-out batches): the init took."""
+    values = overrides(corpus, **{"train.num_steps": 4, "train.eval_every": 4})
+    train_and_evaluate(make_config("bert", values), str(tmp_path / "first"))
+    config = make_config("bert", values)
+    config.train.init_from = str(tmp_path / "first")
+    train_and_evaluate(config, str(tmp_path / "second"))
+    first = metrics.read(str(tmp_path / "first"), "eval")
+    second = metrics.read(str(tmp_path / "second"), "eval")
+    assert [line["step"] for line in second] == [0, 4]
+    assert second[0]["loss"] == first[-1]["loss"]
+    out = capsys.readouterr().out
+    assert "zhlm: eval at step 0: loss " in out and "zhlm: eval at step 4: loss " in out
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("zhlm: finished at step 4 of 4 in "), summary
+    assert "last train loss" in summary and "last eval loss" in summary, summary
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("localhost", 0))

@@ -211,6 +211,17 @@ def _train(config, workdir: str):
 
     bar = tqdm(total=train.num_steps, initial=start, unit="step", disable=not lead)
     window, previous, t0, w0 = None, None, time.time(), start
+    can_evaluate = bool(train.eval_every and loader.num_eval_batches())
+    report = {"train": None, "eval": None, "step": start, "began": time.time()}
+
+    def evaluate_at(step):
+        report["eval"] = evaluate(state["params"])
+        writer.write(step, "eval", report["eval"])
+        if lead:
+            bar.write(f"zhlm: eval at step {step}: {_brief(report['eval'])}")
+
+    if start == 0 and train.init_from and can_evaluate:
+        evaluate_at(0)  # the loss the init starts from: shows that it took
     try:
         with _Preemption(mngr) as preemption:
             for step in range(start + 1, train.num_steps + 1):  # step: updates done after it
@@ -224,13 +235,10 @@ def _train(config, workdir: str):
                     line = _log_line(window, time.time() - t0, step - w0, flops, peak)
                     writer.write(step, "train", line)
                     bar.set_postfix(loss=f"{line['loss']:.3f}", refresh=False)
-                    window, t0, w0 = None, time.time(), step
-                if (
-                    train.eval_every
-                    and loader.num_eval_batches()
-                    and (step % train.eval_every == 0 or step == train.num_steps)
-                ):
-                    writer.write(step, "eval", evaluate(state["params"]))
+                    window, t0, w0, report["train"] = None, time.time(), step, line
+                if can_evaluate and (step % train.eval_every == 0 or step == train.num_steps):
+                    evaluate_at(step)
+                report["step"] = step
                 preempted = preemption.reached(step)
                 if step % train.checkpoint_every == 0 or step == train.num_steps or preempted:
                     _check_finite(m, step, last_saved)
@@ -244,4 +252,25 @@ def _train(config, workdir: str):
         resume.wait_until_saved(mngr)
     if lead:
         logging.info("curves: %s", curves.plot(workdir))
+        print(_summary(report, train.num_steps, last_saved, workdir), flush=True)
     return state
+
+
+def _brief(m: dict) -> str:
+    """The overall means of a metric line, as a person reads them."""
+    keys = ("loss", "mlm_accuracy", "sentence_accuracy", "sbo_accuracy")
+    return ", ".join(
+        f"{k} {m[k]:.2%}" if "accuracy" in k else f"{k} {m[k]:.4f}" for k in keys if k in m
+    )
+
+
+def _summary(report: dict, num_steps: int, last_saved, workdir: str) -> str:
+    minutes = (time.time() - report["began"]) / 60
+    done = "finished" if report["step"] == num_steps else "stopped"
+    parts = [f"zhlm: {done} at step {report['step']} of {num_steps} in {minutes:.1f} min"]
+    if report["train"]:
+        parts.append(f"last train {_brief(report['train'])}")
+    if report["eval"]:
+        parts.append(f"last eval {_brief(report['eval'])}")
+    parts.append(f"checkpoint at step {last_saved} in {workdir}")
+    return "; ".join(parts)

@@ -89,7 +89,10 @@ class Writer:
             self._lines = self.path.read_text().splitlines(keepends=True)
         from tensorboardX import SummaryWriter
 
-        self._tb = SummaryWriter(os.fspath(self.path.parent / layout.TENSORBOARD))
+        # A resumed run hides the events of the steps it writes again: TensorBoard shows one
+        # run, each step once, as metrics.jsonl does.
+        purge = start_step + 1 if start_step else None
+        self._tb = SummaryWriter(os.fspath(self.path.parent / layout.TENSORBOARD), purge_step=purge)
 
     def write(self, step: int, split: str, scalars: dict):
         if not self.enabled:
