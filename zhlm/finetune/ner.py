@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -25,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from zhlm import paths
 from zhlm.finetune import ner_metric
 from zhlm.finetune.readers import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport
+from zhlm.finetune.report import finish, json_error
 
 Path = str | os.PathLike
 
@@ -34,8 +34,6 @@ ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleva
 BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)
 SPAN_TEXT_MISMATCH = "span_text_mismatch"  # the offsets cut out other text (span kept)
 OVERLAPPING_SPAN = "overlapping_span"  # overlaps an earlier span (span ignored)
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +81,7 @@ def read_tagged(path: Path, scheme: str = "auto") -> tuple[list[NerExample], Ner
         bio = _to_bio(tags, entities, scheme, first, report)
         guid = f"{os.path.basename(path)}:{first}"
         examples.append(NerExample(guid, "".join(chars), tuple(bio), first))
-    return _finish(examples, report)
+    return finish(examples, report)
 
 
 def _tagged_sentences(path: Path, report: ReadReport) -> Iterator[tuple[int, list, list]]:
@@ -206,14 +204,14 @@ def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:
         tags = ner_metric.encode(spans, len(item["text"]), "bio")
         guid = str(item["id"]) if "id" in item else f"{os.path.basename(path)}:{number}"
         examples.append(NerExample(guid, item["text"], tuple(tags), number))
-    return _finish(examples, report)
+    return finish(examples, report)
 
 
 def _json_record(text: str, number: int, report: ReadReport) -> dict | None:
     try:
         item = json.loads(text)
     except json.JSONDecodeError as error:
-        report.add(MALFORMED_LINE, number, f"invalid JSON: {error.msg} at column {error.colno}")
+        report.add(MALFORMED_LINE, number, json_error(error))
         return None
     if not isinstance(item, dict):
         report.add(MALFORMED_LINE, number, f"expected a JSON object, got {type(item).__name__}")
@@ -285,13 +283,6 @@ _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 # A space-separated line: one character (an ideographic space too, which str.split() would
 # swallow), ASCII spaces, the tag.
 _SPACED = re.compile(r"(.) +(\S+)")
-
-
-def _finish(examples: list, report: ReadReport):
-    report.records = len(examples)
-    if report.issues:
-        log.warning("%s", report.summary())
-    return examples, report
 
 
 def labels(examples: Sequence[NerExample]) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from zhlm.finetune.report import MALFORMED_LINE, PositionDecoder, lines, read_utf8
+from zhlm.finetune.report import MALFORMED_LINE, PositionDecoder, json_error, lines, read_utf8
 
 DELIMITERS = {"tsv": "\t", "csv": ","}
 # Header names accepted for each field, so that CLUE, ERNIE, XNLI and HF exports all read.
@@ -105,7 +105,7 @@ def _jsonl_rows(path, report) -> Iterator[tuple[int, dict]]:
         try:
             item = json.loads(text)
         except json.JSONDecodeError as error:
-            report.add(MALFORMED_LINE, line, f"invalid JSON: {error.msg} at column {error.colno}")
+            report.add(MALFORMED_LINE, line, json_error(error))
             continue
         if not isinstance(item, dict):
             report.add(MALFORMED_LINE, line, f"expected a JSON object, got {type(item).__name__}")

@@ -103,8 +103,8 @@ def check_task(task) -> None:
 
 def read_file(task, path: str, require_label: bool = True):
     """``(examples, report)`` of one file through the reader ``task.format`` names; the report
-    (every bad record with file and line) is printed. A table of which no record could be
-    read fails with what the file looks like and the flags that would read it."""
+    (every bad record with file and line) is printed, once. A table of which no record could
+    be read fails with what the file looks like and the flags that would read it."""
     folder = task.format == "datasets"  # save_to_disk writes a folder
     if not (os.path.isdir if folder else os.path.isfile)(path):
         raise FileNotFoundError(f"{path}: no such {'folder' if folder else 'file'}")
