@@ -469,6 +469,42 @@ def test_a_files_report_is_printed_once(tmp_path, capsys, caplog):
     assert everything.count(f"{path}: 2 records, 1 skipped") == 1
 
 
+STREAMED = [("jsonl", "classification"), ("parquet", "pair"), ("tagged", "ner")]
+STREAMED += [("spans_jsonl", "ner")]
+
+
+@pytest.mark.parametrize("fmt, kind", STREAMED)
+def test_a_stream_holds_a_piece_of_the_file_not_its_records(tmp_path, fmt, kind):
+    """10,000 records of each format through ``tasks.stream_file``, one at a time: the peak
+    of Python allocations stays under 1.5 MB, where the records read whole take 3 to 17 MB."""
+    import tracemalloc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n, text = 10000, "位置很好，服务也不错。"
+    rows = [{"text": f"{text}{i}", "text_b": "好", "label": str(i % 2)} for i in range(n)]
+    path = tmp_path / f"many.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif fmt == "tagged":
+        path.write_text("".join("".join(f"{c}\tO\n" for c in r["text"]) + "\n" for r in rows))
+    else:  # CLUENER's label is a mapping of entities: spans_jsonl inputs to predict have none
+        keep = ("text",) if fmt == "spans_jsonl" else ("text", "label")
+        items = ({k: r[k] for k in keep} for r in rows)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
+    task = task_config(path, kind, fmt, BINARY if kind != "ner" else ("O",))
+    tracemalloc.start()
+    try:
+        examples, report = tasks.stream_file(task, str(path), require_label=False)
+        count = sum(1 for _ in examples)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == report.records == n and report.ok
+    assert peak < 1.5 * 2**20, f"{peak / 2**20:.1f} MB"
+
+
 def test_task_checks_are_one_line_each(tmp_path):
     with pytest.raises(ValueError, match=r"^config.task.train_file is empty: pass"):
         tasks.check_task(task_config(""))

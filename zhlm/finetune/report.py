@@ -8,7 +8,8 @@ whether the record was left out. For files without lines (parquet, a ``datasets`
 "line" is the 1-based row number.
 
 Readers fill the report; they never print it. Whoever reads a file for a command prints its
-summary once (``zhlm.finetune.tasks.read_file``).
+summary once (``zhlm.finetune.tasks.read_file``, ``zhlm-predict``), after the last record: a
+streamed file (:func:`counted`) has its report complete only then.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import json.decoder
 import json.scanner
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 Path = str | os.PathLike
@@ -160,3 +161,13 @@ def json_error(error: json.JSONDecodeError) -> str:
 def finish(examples: list, report: ReadReport) -> tuple[list, ReadReport]:
     report.records = len(examples)
     return examples, report
+
+
+def counted(examples: Iterable, report: ReadReport) -> Iterator:
+    """``examples`` as they come, counted into ``report.records``; once they are all read, the
+    report's issues are put in file order (a source may report ahead of the rows it yields)."""
+    report.records = 0
+    for example in examples:
+        report.records += 1
+        yield example
+    report.issues.sort(key=lambda issue: issue.line or 0)
