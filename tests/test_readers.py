@@ -193,6 +193,10 @@ def test_pair_jsonl_errors(tmp_path):
         (8, r.MALFORMED_LINE),
     ]
     assert "sentence2" in report.issues[0].message
+    assert report.issues[1].message == "invalid JSON: Expecting value at column 33"
+    path = write(tmp_path, "cut.json", lines[0] + '\n{"sentence1": "甲", "sentence2": "乙\n')
+    _, report = r.read_pair_jsonl(path, NLI)
+    assert report.issues[0].message == "invalid JSON: Unterminated string starting at column 33"
 
 
 def squad_file(tmp_path, paragraphs):
@@ -440,6 +444,65 @@ def test_a_gbk_file_is_named_as_not_utf8(tmp_path):
     )
     with pytest.raises(ValueError, match="malformed_line=12.*not UTF-8 text .GBK"):
         tasks.read_task(task_config(path))
+
+
+def test_a_latin1_file_is_not_called_gbk_and_the_encodings_tried_are_named(tmp_path):
+    rows = "".join(f"café crème n°{i}\t{i % 2}\n" for i in range(12)).encode("latin-1")
+    path = write(tmp_path, "latin1.txt", rows)
+    with pytest.raises(ValueError, match="neither UTF-8 nor GBK text .the encodings tried.: ") as e:
+        tasks.read_task(task_config(path))
+    assert "(GBK" not in str(e.value) and "iconv -f THAT -t UTF-8" in str(e.value)
+    utf16 = write(tmp_path, "utf16.txt", "好评\t1\n".encode("utf-16"))
+    with pytest.raises(
+        ValueError, match="UTF-16 text, not UTF-8 .its BOM says so.: iconv -f UTF-16"
+    ):
+        tasks.read_task(task_config(utf16))
+
+
+def test_a_files_report_is_printed_once(tmp_path, capsys, caplog):
+    rows = ["label\ttext_a", "1\t好评", "7\t标签不在标签集里", "0\t差评"]
+    path = write(tmp_path, "senti.tsv", "\n".join(rows) + "\n")
+    tasks.read_file(task_config(path, labels=BINARY), path)
+    out, err = capsys.readouterr()
+    everything = out + err + caplog.text
+    assert everything.count(f"{path}:3: unknown_label") == 1
+    assert everything.count(f"{path}: 2 records, 1 skipped") == 1
+
+
+STREAMED = [("jsonl", "classification"), ("parquet", "pair"), ("tagged", "ner")]
+STREAMED += [("spans_jsonl", "ner")]
+
+
+@pytest.mark.parametrize("fmt, kind", STREAMED)
+def test_a_stream_holds_a_piece_of_the_file_not_its_records(tmp_path, fmt, kind):
+    """10,000 records of each format through ``tasks.stream_file``, one at a time: the peak
+    of Python allocations stays under 1.5 MB, where the records read whole take 3 to 17 MB."""
+    import tracemalloc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n, text = 10000, "位置很好，服务也不错。"
+    rows = [{"text": f"{text}{i}", "text_b": "好", "label": str(i % 2)} for i in range(n)]
+    path = tmp_path / f"many.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif fmt == "tagged":
+        path.write_text("".join("".join(f"{c}\tO\n" for c in r["text"]) + "\n" for r in rows))
+    else:  # CLUENER's label is a mapping of entities: spans_jsonl inputs to predict have none
+        keep = ("text",) if fmt == "spans_jsonl" else ("text", "label")
+        items = ({k: r[k] for k in keep} for r in rows)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
+    task = task_config(path, kind, fmt, BINARY if kind != "ner" else ("O",))
+    tracemalloc.start()
+    try:
+        examples, report = tasks.stream_file(task, str(path), require_label=False)
+        count = sum(1 for _ in examples)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == report.records == n and report.ok
+    assert peak < 1.5 * 2**20, f"{peak / 2**20:.1f} MB"
 
 
 def test_task_checks_are_one_line_each(tmp_path):

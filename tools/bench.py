@@ -6,6 +6,7 @@
                                  on a GPU: base-bf16-512 large-bf16-512, tools/gpu_bench.sh)
   python tools/bench.py loader [--recipe macbert] [--seq 128] [--read-ahead 0 4]
   python tools/bench.py tpu [--generations v5litepod v6e] [--runs 0 2] [--no-parts] [--quick]
+  python tools/bench.py predict [--lines 2000 200000] [--seq 128]   (tools/bench_predict.py)
 
 Each subcommand is one function registered in ``COMMANDS``; add new ones the same way.
 
@@ -32,10 +33,12 @@ import os
 import sys
 import time
 
-if sys.argv[1:2] == ["tpu"]:  # compiles for a TPU it does not have: this host only traces
+# tpu compiles for a TPU it does not have (this host only traces); predict measures host memory.
+if sys.argv[1:2] in (["tpu"], ["predict"]):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import bench_common  # tools/ is the script's directory
+import bench_predict
 import bench_train
 import jax
 
@@ -292,6 +295,7 @@ COMMANDS = {
     "train-worker": bench_train.worker,
     "loader": loader_bench,
     "tpu": tpu_bench,
+    "predict": bench_predict.run,
 }
 
 
@@ -312,6 +316,7 @@ def main(argv=None):
     bench_train.add_parsers(sub)
     add_loader_parser(sub)
     add_tpu_parser(sub)
+    bench_predict.add_parser(sub)
     args = parser.parse_args(argv)
     COMMANDS[args.command](args)
 

@@ -5,7 +5,9 @@
 
 ``--workdir`` is a zhlm-finetune workdir (its ``best/``) or the ``best/`` folder itself; the
 input is read like the run's data (``--format`` and ``--text_fields`` override the run's), with
-no labels needed. Kept thin: :func:`zhlm.finetune.predict.predict`.
+no labels needed. Predictions are written as the input is read, in input order; run again with
+the same ``--output``, a stopped run continues after its last complete record. An input that
+gives no record exits non-zero. Kept thin: :func:`zhlm.finetune.predict.predict`.
 """
 
 import sys
@@ -14,7 +16,9 @@ from absl import app, flags, logging
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "zhlm-finetune workdir or its best/ folder.")
 _INPUT = flags.DEFINE_string("input", None, "File (or datasets folder) of inputs to predict.")
-_OUTPUT = flags.DEFINE_string("output", None, "Where to write the JSON lines.")
+_OUTPUT = flags.DEFINE_string(
+    "output", None, "Where to write the JSON lines; an existing one is continued, not overwritten."
+)
 _FORMAT = flags.DEFINE_string("format", "", "Input format (default: the run's task.format).")
 _TEXT_FIELDS = flags.DEFINE_list("text_fields", [], "Input text columns (names or positions).")
 flags.mark_flags_as_required(["workdir", "input", "output"])
@@ -30,7 +34,7 @@ def main(argv):
         n = predict(_WORKDIR.value, _INPUT.value, _OUTPUT.value, _FORMAT.value, _TEXT_FIELDS.value)
     except (ValueError, FileNotFoundError, KeyError) as e:
         sys.exit(f"zhlm-predict: {e}")
-    print(f"zhlm-predict: wrote {n} predictions to {_OUTPUT.value}")
+    print(f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record")
 
 
 def run():

@@ -16,8 +16,8 @@ files and writes predictions as JSON lines of entity spans with their text.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
-import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from zhlm import paths
 from zhlm.finetune import ner_metric
 from zhlm.finetune.readers import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport
+from zhlm.finetune.report import counted, finish, json_error
 
 Path = str | os.PathLike
 
@@ -34,8 +35,6 @@ ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleva
 BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)
 SPAN_TEXT_MISMATCH = "span_text_mismatch"  # the offsets cut out other text (span kept)
 OVERLAPPING_SPAN = "overlapping_span"  # overlaps an earlier span (span ignored)
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,38 +67,69 @@ def read_tagged(path: Path, scheme: str = "auto") -> tuple[list[NerExample], Ner
     if scheme != "auto":
         ner_metric.check_scheme(scheme)
     report = NerReadReport(os.fspath(path))
-    sentences = list(_tagged_sentences(path, report))
-    spans = [ner_metric.entities(tags) for _, _, tags in sentences]
+    sentences = [(*s, ner_metric.entities(s[2])) for s in _tagged_sentences(path, report)]
     detected = scheme == "auto"
     if detected:
-        tag_seqs = (tags for _, _, tags in sentences)
-        scheme = ner_metric.detect_scheme(tag_seqs, report.path, spans)
+        tag_seqs = (tags for _, _, tags, _ in sentences)
+        scheme = ner_metric.detect_scheme(tag_seqs, report.path, [s[3] for s in sentences])
     report.scheme = scheme
-    examples = []
-    for (first, chars, tags), entities in zip(sentences, spans, strict=True):
+    return finish(list(_tagged_examples(path, sentences, detected, report)), report)
+
+
+def iter_tagged(path: Path, scheme: str = "auto") -> tuple[Iterator[NerExample], NerReadReport]:
+    """:func:`read_tagged` a sentence at a time, in memory bounded by the longest sentence:
+    ``(examples, report)``, the report complete once the examples are. A scheme left to
+    ``auto`` is found first, from a pass over the whole file that keeps only tag counts."""
+    if scheme != "auto":
+        ner_metric.check_scheme(scheme)
+    report = NerReadReport(os.fspath(path))
+    detected = scheme == "auto"
+    if detected:  # the first pass's bad lines are reported by the second
+        tag_seqs = (tags for _, _, tags in _tagged_sentences(path, NerReadReport(report.path)))
+        scheme = ner_metric.detect_scheme(tag_seqs, report.path)
+    report.scheme = scheme
+    sentences = ((*s, ner_metric.entities(s[2])) for s in _tagged_sentences(path, report))
+    return counted(_tagged_examples(path, sentences, detected, report), report), report
+
+
+def _tagged_examples(path, sentences, detected, report) -> Iterator[NerExample]:
+    """The examples of ``(first line, characters, tags, entities)`` sentences in BIO."""
+    for first, chars, tags, entities in sentences:
         # A detected scheme has every letter the file uses; a given one may not.
-        if not detected and _outside_scheme(tags, scheme, first, report):
+        if not detected and _outside_scheme(tags, report.scheme, first, report):
             continue
-        bio = _to_bio(tags, entities, scheme, first, report)
+        bio = _to_bio(tags, entities, report.scheme, first, report)
         guid = f"{os.path.basename(path)}:{first}"
-        examples.append(NerExample(guid, "".join(chars), tuple(bio), first))
-    return _finish(examples, report)
+        yield NerExample(guid, "".join(chars), tuple(bio), first)
 
 
 def _tagged_sentences(path: Path, report: ReadReport) -> Iterator[tuple[int, list, list]]:
     """``(first line number, characters, tags)`` of each sentence without a bad line; a
     sentence with one is reported once, at its first bad line. MSRA train has 2 million lines,
     so a well-formed sentence is checked by one regular expression, not line by line."""
-    parts = _SENTENCE_BREAK.split(_read_text(path))
-    line = 1
-    for block, gap in zip(parts[::2], [*parts[1::2], ""], strict=True):
-        if block.strip():
-            if _GOOD_SENTENCE.fullmatch(block):
-                rows = block.split("\n")
-                yield line, [row[0] for row in rows], [row[2:] for row in rows]
-            else:
-                yield from _checked_sentence(block.split("\n"), line, report)
-        line += block.count("\n") + gap.count("\n")
+    for line, block in _blocks(path):
+        if _GOOD_SENTENCE.fullmatch(block):
+            rows = block.split("\n")
+            yield line, [row[0] for row in rows], [row[2:] for row in rows]
+        else:
+            yield from _checked_sentence(block.split("\n"), line, report)
+
+
+def _blocks(path: Path) -> Iterator[tuple[int, str]]:
+    """``(first line number, text)`` of each block of lines between blank lines, from text
+    read 64 KiB at a time."""
+    line, pending = 1, ""
+    for text in itertools.chain(_text_pieces(path), [None]):
+        parts = _SENTENCE_BREAK.split(pending + (text or ""))
+        # Until the file ends, the last block may go on in the next piece, and so may the
+        # break before it: both wait.
+        keep = 0 if text is None else min(len(parts), 2)
+        done = len(parts) - keep
+        for i in range(0, done, 2):
+            if parts[i].strip():
+                yield line, parts[i]
+            line += parts[i].count("\n") + (parts[i + 1].count("\n") if i + 1 < done else 0)
+        pending = "".join(parts[done:])
 
 
 # One blank line or more (lines of spaces and tabs count as blank) between sentences.
@@ -189,8 +219,18 @@ def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:
     """CLUENER-style JSON lines ``{"text", "label": {type: {entity: [[start, end], ...]}}}``
     with ``end`` inclusive; no ``label`` means no entities (a test file). A span outside the
     text or overlapping an earlier one (by start, longer first) is ignored and reported."""
+    examples, report = iter_spans_jsonl(path)
+    return finish(list(examples), report)
+
+
+def iter_spans_jsonl(path: Path) -> tuple[Iterator[NerExample], NerReadReport]:
+    """:func:`read_spans_jsonl` a line at a time: ``(examples, report)``, the report complete
+    once the examples are."""
     report = NerReadReport(os.fspath(path), scheme="spans")
-    examples = []
+    return counted(_spans_examples(path, report), report), report
+
+
+def _spans_examples(path: Path, report: ReadReport) -> Iterator[NerExample]:
     for number, text in enumerate(_read_lines(path), start=1):
         if text is None:
             report.add(MALFORMED_LINE, number, "not UTF-8: record skipped")
@@ -205,15 +245,14 @@ def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:
             continue
         tags = ner_metric.encode(spans, len(item["text"]), "bio")
         guid = str(item["id"]) if "id" in item else f"{os.path.basename(path)}:{number}"
-        examples.append(NerExample(guid, item["text"], tuple(tags), number))
-    return _finish(examples, report)
+        yield NerExample(guid, item["text"], tuple(tags), number)
 
 
 def _json_record(text: str, number: int, report: ReadReport) -> dict | None:
     try:
         item = json.loads(text)
     except json.JSONDecodeError as error:
-        report.add(MALFORMED_LINE, number, f"invalid JSON: {error.msg} at column {error.colno}")
+        report.add(MALFORMED_LINE, number, json_error(error))
         return None
     if not isinstance(item, dict):
         report.add(MALFORMED_LINE, number, f"expected a JSON object, got {type(item).__name__}")
@@ -265,33 +304,37 @@ def _offsets(pair, text, type_, entity, number, report) -> tuple[str, int, int] 
     return type_, start, end
 
 
-def _read_text(path: Path) -> str:
-    """The file's text with LF line breaks; bytes that are not UTF-8 become lone surrogates
-    (``surrogateescape``), so that the one line holding them is reported, not the file."""
+def _text_pieces(path: Path, size: int = 1 << 16) -> Iterator[str]:
+    """The file's text in pieces of whole lines, with LF line breaks; bytes that are not UTF-8
+    become lone surrogates (``surrogateescape``), so that the one line holding them is reported,
+    not the file. A piece ends at a newline, which no multi-byte character holds."""
     with open(path, "rb") as f:
-        text = f.read().decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
-    return text.replace("\r\n", "\n") if "\r" in text else text
+        rest, first = b"", True
+        while True:
+            raw = f.read(size)
+            data = rest + raw
+            cut = len(data) if not raw else data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
+            text = data.decode("utf-8", errors="surrogateescape")
+            if first and text:
+                text, first = text.removeprefix("\ufeff"), False
+            if text:
+                yield text.replace("\r\n", "\n") if "\r" in text else text
+            if not raw:
+                return
 
 
-def _read_lines(path: Path) -> list[str | None]:
+def _read_lines(path: Path) -> Iterator[str | None]:
     """Every line of the file, None for a line that is not UTF-8."""
-    lines = _read_text(path).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [None if _NOT_UTF8.search(line) else line for line in lines]
+    for piece in _text_pieces(path):
+        for line in piece.removesuffix("\n").split("\n"):
+            yield None if _NOT_UTF8.search(line) else line
 
 
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 # A space-separated line: one character (an ideographic space too, which str.split() would
 # swallow), ASCII spaces, the tag.
 _SPACED = re.compile(r"(.) +(\S+)")
-
-
-def _finish(examples: list, report: ReadReport):
-    report.records = len(examples)
-    if report.issues:
-        log.warning("%s", report.summary())
-    return examples, report
 
 
 def labels(examples: Sequence[NerExample]) -> tuple[str, ...]:

@@ -1,118 +1,189 @@
-"""``predict(workdir, input, output)``: a fine-tuned model's predictions for new inputs.
+"""``predict(workdir, input, output)``: a fine-tuned model's predictions for a file, as JSON lines
+written while the file is read.
 
-Why a separate path from evaluation: new inputs have no labels (the readers are asked not to
-require them), can be larger than a dev set (they are featurized, run and written chunk by
-chunk, with a progress bar) and are wanted as records a person or a script reads: one JSON line
-per input with its ``id`` and
+Why streamed: inputs to predict can be far larger than a dev set, and a long run may be stopped.
+So the input is read, predicted and written :data:`CHUNK` records at a time
+(:func:`zhlm.finetune.tasks.stream_file` → :meth:`TaskModel.predict` → the output), each chunk
+appended and flushed to disk (``fsync``) before the next is read: memory is bounded by the chunk
+whatever the file's size, and a stopped run leaves every finished record on disk. The records
+(:mod:`zhlm.finetune.task_model`) are one line per input record, in input order, each with the
+record's ``id``; this module knows nothing of task kinds.
 
-* classification / pair: ``label`` and ``probabilities`` (label -> softmax probability);
-* mrc: ``answer`` and ``score`` (the span's start + end logit; questions without any allowed
-  span get ``""`` and no score);
-* ner: ``text`` and ``entities`` (``type``, ``start``, ``end``, ``text``; end exclusive).
+Run again with the same output, a stopped run continues: the complete lines already there are
+kept (a last line cut short by the stop is dropped), that many input records are skipped and
+the rest appended, with "continuing after N records already in OUTPUT". The output must be this
+input's: the ids of its first and last lines must be those of the input's records at the same
+places, else it is refused (never overwritten) with what differs. Ids name a record's file and
+line unless the input has an ``id`` field, so this tells another file from this one, not an
+edited copy of this one under the same name.
 
-The model, its label set, tokenizer (the ``vocab.txt`` saved in ``best/``) and featurization
-options come from the fine-tuning run; the input may be in any readable format
-(``task.format`` of the run unless ``fmt`` says otherwise).
+Cloud outputs (``gs://``): an object cannot be appended to, so the lines go to a local
+temporary file and are uploaded whole when the last is written; a stopped run leaves nothing
+there to continue from, and an existing object is refused. To continue a stopped run of a large
+file, write it locally and copy it when done.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
-
-import jax
-import numpy as np
+import os
+import shutil
+import tempfile
 
 from zhlm import paths
-from zhlm import workdir as layout
-from zhlm.finetune import mrc, ner, ner_features, tasks
-from zhlm.finetune.train import load_finetuned
-from zhlm.train.checkpoint import VOCAB
+from zhlm.finetune import tasks
+from zhlm.finetune.task_model import TaskModel
 
-CHUNK = 1024  # inputs featurized and predicted at a time: memory stays flat for any file
+CHUNK = 1024  # input records read, predicted and written at a time
 
 
 def predict(source: str, input_file: str, output: str, fmt: str = "", text_fields=()) -> int:
     """Writes predictions for ``input_file`` to ``output`` (JSON lines) with the model of
-    ``source`` (a fine-tuning workdir, or its ``best/``); returns how many were written."""
+    ``source`` (a fine-tuning workdir, or its ``best/``); returns how many the output holds,
+    one per input record."""
+    return predict_file(TaskModel.load(source, fmt, text_fields), input_file, output)
+
+
+def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CHUNK) -> int:
+    """``model``'s records for every record of ``input_file``, appended to ``output`` a chunk
+    at a time after those a stopped run left there (see the module docstring); returns how
+    many the output holds. An input that gives no record is an error."""
     from tqdm import tqdm
 
-    best = source if layout.is_params_checkpoint(source) else str(layout.path(source, layout.BEST))
-    if not layout.is_params_checkpoint(best):
-        raise FileNotFoundError(f"{source}: no fine-tuned model (expected {layout.BEST}/)")
-    model, params, config = load_finetuned(best)
-    task = config.task
-    task.unlock()  # unlike a user's config, the saved one may take the input's format
-    task.format = fmt or task.format
-    if text_fields:
-        task.text_fields = tuple(text_fields)
-    examples, _ = tasks.read_file(task, input_file, require_label=False)
-    vocab = layout.path(best, VOCAB)  # the run's vocabulary, saved beside its parameters
-    task.vocab = str(vocab) if vocab.is_file() else task.vocab
-    tokenizer = tasks.load_tokenizer(task)
-    forward = jax.jit(lambda p, b: model.apply({"params": p}, *_inputs(b)))
-    lines = []
-    with tqdm(total=len(examples), unit="input", desc="zhlm-predict") as bar:
-        for begin in range(0, len(examples), CHUNK):
-            chunk = examples[begin : begin + CHUNK]
-            lines += _records(task, chunk, tokenizer, lambda b: forward(params, b), config)
-            bar.update(len(chunk))
-    paths.resolve(output).write_text("".join(lines), encoding="utf-8")
-    return len(lines)
+    examples, report = tasks.stream_file(model.task, input_file, require_label=False)
+    output = output if paths.is_remote(output) else os.fspath(paths.resolve(output))
+    done = _done(output)
+    _skip(examples, done, input_file, output)
+    if done.partial:
+        os.truncate(output, done.size)
+    if done.count:
+        cut = " (its unfinished last line dropped)" if done.partial else ""
+        print(f"zhlm-predict: continuing after {done.count} records already in {output}{cut}")
+    written = done.count
+    with _Appender(output) as out, tqdm(unit="input", desc="zhlm-predict") as bar:
+        for examples_chunk in _chunks(examples, chunk):
+            records = model.predict(examples_chunk)
+            out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            written += len(records)
+            bar.update(len(records))
+    print(report.summary(), flush=True)
+    if not written:
+        raise tasks.no_records(model.task, input_file, report)
+    return written
 
 
-def _inputs(batch):
-    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+def _chunks(iterable, size: int):
+    iterator = iter(iterable)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
-def _run(arrays, batch_size, forward):
-    """The forward pass over ``arrays`` in batches of ``batch_size`` rows (the last padded)."""
-    n = len(arrays["input_ids"])
-    outputs = []
-    for begin in range(0, n, batch_size):
-        rows = np.arange(begin, min(begin + batch_size, n))
-        padded = np.pad(rows, (0, batch_size - len(rows)))
-        out = jax.device_get(forward({k: v[padded] for k, v in arrays.items()}))
-        outputs.append({k: v[: len(rows)] for k, v in out.items()})
-    return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+# ----------------------------------------------------------------------- continuing a run
 
 
-def _records(task, examples, tokenizer, forward, config) -> list[str]:
-    size = config.train.batch_size
-    if task.kind == "mrc":
-        args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
-        features = mrc.mrc_features(examples, *args)
-        out = _run(features.arrays, size, forward)
-        answers = mrc.best_answers(
-            features, examples, out["start_logits"], out["end_logits"], task.n_best_size,
-            task.max_answer_length,
-        )  # fmt: skip
-        records = [
-            dict(id=qid, answer=text, **({"score": score} if text else {}))
-            for qid, (text, score) in answers.items()
-        ]
-    elif task.kind == "ner":
-        stride = ner_features.task_stride(task)
-        features = ner_features.ner_features(
-            examples, tokenizer, task.labels, task.max_seq_length, stride, "ignore"
-        )
-        out = _run(features.arrays, size, forward)
-        tags = ner_features.merge(features, np.argmax(out["logits"], -1))
-        records = [
-            dict(id=e.guid, text=e.text, entities=ner.prediction_records(e, t))
-            for e, t in zip(examples, tags, strict=True)
-        ]
-    else:
-        arrays = tasks.classification_features(
-            examples, tokenizer, task.labels, task.max_seq_length
-        )
-        logits = _run({k: v for k, v in arrays.items() if k != "label"}, size, forward)["logits"]
-        probs = np.asarray(jax.nn.softmax(logits, -1))
-        records = [
-            dict(
-                id=e.guid,
-                label=task.labels[int(np.argmax(p))],
-                probabilities={label: float(q) for label, q in zip(task.labels, p, strict=True)},
+@dataclasses.dataclass(frozen=True)
+class _Done:
+    """What an earlier run left in the output: its complete lines."""
+
+    count: int = 0
+    size: int = 0  # bytes of the complete lines
+    partial: bool = False  # a last line without its newline follows them
+    first: str = ""  # the ids of the first and last complete line
+    last: str = ""
+
+
+def _done(output: str) -> _Done:
+    """The complete lines of ``output``, read a line at a time; an empty :class:`_Done` when
+    there is none. A cloud object that exists is refused: it cannot be continued."""
+    if paths.is_remote(output):
+        if paths.resolve(output).exists():
+            raise ValueError(
+                f"{output} exists and a cloud object cannot be continued: remove it or choose "
+                "another --output (a local output continues a stopped run)"
             )
-            for e, p in zip(examples, probs, strict=True)
-        ]
-    return [json.dumps(r, ensure_ascii=False) + "\n" for r in records]
+        return _Done()
+    if not os.path.exists(output):
+        return _Done()
+    count = size = 0
+    first = last = b""
+    partial = False
+    with open(output, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                partial = True
+                break
+            count, size = count + 1, size + len(line)
+            first, last = first or line, line
+    if partial and not count:
+        raise ValueError(
+            f"{output} holds no complete zhlm-predict record to continue from: remove it or "
+            "choose another --output"
+        )
+    return _Done(count, size, partial, _id(first, output, 1), _id(last, output, count))
+
+
+def _id(line: bytes, output: str, number: int) -> str:
+    if not line:
+        return ""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or "id" not in record:
+        raise ValueError(
+            f"{output}:{number} is not a zhlm-predict record (a JSON object with an id): remove "
+            "the file or choose another --output"
+        )
+    return str(record["id"])
+
+
+def _skip(examples, done: _Done, input_file: str, output: str) -> None:
+    """Reads past the ``done.count`` input records the output already has, checking that its
+    first and last have their ids."""
+    seen = 0
+    for seen, example in enumerate(itertools.islice(examples, done.count), start=1):
+        expected = done.first if seen == 1 else done.last if seen == done.count else None
+        if expected is not None and example.guid != expected:
+            raise ValueError(
+                f"{output} is not the output of {input_file}: its record {seen} has id "
+                f"{expected!r}, the input's {example.guid!r}; remove it or choose another --output"
+            )
+    if seen < done.count:
+        raise ValueError(
+            f"{output} has {done.count} records, {input_file} only {seen}: it is not this "
+            "input's output; remove it or choose another --output"
+        )
+
+
+class _Appender:
+    """Text appended to the output, each write on disk before the next (flush + fsync). A cloud
+    output is written to a local temporary file, uploaded when closed without an error."""
+
+    def __init__(self, output: str):
+        self.output, self.file = output, None
+        self.remote = paths.is_remote(output)
+
+    def write(self, text: str) -> None:
+        if self.file is None:  # opened at the first record: no record, no file
+            self.file = tempfile.TemporaryFile() if self.remote else self._local()
+        self.file.write(text.encode("utf-8"))
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def _local(self):
+        os.makedirs(os.path.dirname(self.output), exist_ok=True)
+        return open(self.output, "ab")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error_type, error, traceback):
+        if self.file is None:
+            return
+        if self.remote and error_type is None:
+            self.file.seek(0)
+            with paths.resolve(self.output).open("wb") as remote:
+                shutil.copyfileobj(self.file, remote)
+        self.file.close()

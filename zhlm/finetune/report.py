@@ -6,6 +6,10 @@ compare. So every reader (tables, SQuAD, NER) returns ``(examples, report)``: th
 could parse, and a :class:`ReadReport` naming each problem with file and line, its kind, and
 whether the record was left out. For files without lines (parquet, a ``datasets`` folder) the
 "line" is the 1-based row number.
+
+Readers fill the report; they never print it. Whoever reads a file for a command prints its
+summary once (``zhlm.finetune.tasks.read_file``, ``zhlm-predict``), after the last record: a
+streamed file (:func:`counted`) has its report complete only then.
 """
 
 from __future__ import annotations
@@ -16,10 +20,9 @@ import dataclasses
 import json
 import json.decoder
 import json.scanner
-import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 Path = str | os.PathLike
@@ -35,8 +38,6 @@ DUPLICATE_ID = "duplicate_id"
 NO_ANSWER = "no_answer"  # an MRC question with no answer text at all
 ANSWER_REPAIRED = "answer_repaired"  # answer_start was wrong; the text was found elsewhere
 ANSWER_NOT_FOUND = "answer_not_found"  # the answer text does not occur in its context
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +152,22 @@ def guid(path: Path, line: int) -> str:
     return f"{os.path.basename(path)}:{line}"
 
 
+def json_error(error: json.JSONDecodeError) -> str:
+    """``invalid JSON: <what> at column <n>`` of one line (json's messages that end in "at",
+    such as "Unterminated string starting at", take the column without a second "at")."""
+    return f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
+
+
 def finish(examples: list, report: ReadReport) -> tuple[list, ReadReport]:
     report.records = len(examples)
-    if report.issues:
-        log.warning("%s", report.summary())
     return examples, report
+
+
+def counted(examples: Iterable, report: ReadReport) -> Iterator:
+    """``examples`` as they come, counted into ``report.records``; once they are all read, the
+    report's issues are put in file order (a source may report ahead of the rows it yields)."""
+    report.records = 0
+    for example in examples:
+        report.records += 1
+        yield example
+    report.issues.sort(key=lambda issue: issue.line or 0)

@@ -33,15 +33,48 @@ def describe(path, kind: str = "classification") -> str:
     head = raw.decode("utf-8-sig", errors="replace")
     if os.fspath(path).endswith(".parquet") or raw.startswith(b"PAR1"):
         return _parquet(path)
-    try:
-        # Not final: the sample may end inside a character.
-        codecs.getincrementaldecoder("utf-8")().decode(raw, final=False)
-    except UnicodeDecodeError:
-        return "not UTF-8 text (GBK, as many Chinese files are? iconv -f GBK -t UTF-8 converts)"
+    if not _decodes(raw, "utf-8"):
+        return _not_utf8(raw)
     stripped = head.lstrip()
     if stripped.startswith(("{", "[")):
         return _json(stripped, kind)
     return _delimited(head, kind)
+
+
+def _decodes(raw: bytes, encoding: str) -> bool:
+    try:  # not final: the sample may end inside a character
+        codecs.getincrementaldecoder(encoding)().decode(raw, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _not_utf8(raw: bytes) -> str:
+    """What a sample that is not UTF-8 is, as far as a BOM and GBK can tell."""
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "UTF-16 text, not UTF-8 (its BOM says so): iconv -f UTF-16 -t UTF-8 converts it"
+    if _decodes(raw, "gbk") and _mostly_common_hanzi(raw.decode("gbk", errors="ignore")):
+        return "not UTF-8 text (GBK, as many Chinese files are: iconv -f GBK -t UTF-8 converts it)"
+    return (
+        "neither UTF-8 nor GBK text (the encodings tried): `file -i` may name its encoding; "
+        "iconv -f THAT -t UTF-8 converts it"
+    )
+
+
+def _mostly_common_hanzi(text: str) -> bool:
+    """Whether nine in ten characters beyond ASCII are in GB2312, the common Chinese set: bytes
+    of other encodings (Latin-1 accents before ASCII letters) read as rare GBK characters."""
+    wide = [c for c in text if ord(c) > 127]
+    common = sum(_encodes(c, "gb2312") for c in wide)
+    return bool(wide) and common >= 0.9 * len(wide)
+
+
+def _encodes(char: str, encoding: str) -> bool:
+    try:
+        char.encode(encoding)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _delimited(head: str, kind: str) -> str:

@@ -49,6 +49,11 @@ class MrcExample:
     line: int
 
     @property
+    def guid(self) -> str:
+        """The question id, under the name every reader's examples give their id."""
+        return self.qid
+
+    @property
     def located_answers(self) -> tuple[MrcAnswer, ...]:
         """The answers usable as training spans (the others only count for the metric)."""
         return tuple(a for a in self.answers if a.start is not None)

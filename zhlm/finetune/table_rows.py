@@ -4,17 +4,23 @@ Why apart from the layout: a format only turns bytes into records (the kept pars
 ``json``, ``pyarrow``, ``datasets``) and reports what it cannot read; which fields hold the
 texts and the label is decided once, for every format, in :mod:`zhlm.finetune.tables`. The
 header names live here because a TSV/CSV source must tell a header row from a record.
+
+Rows are read as they are asked for, so a file of any size is read in bounded memory: TSV/CSV
+and JSON lines a record at a time (JSON lines look ahead 100 rows for their column names),
+parquet a batch of rows at a time, a ``datasets`` folder through its memory map. Only ``json``,
+one JSON document, is parsed whole.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from zhlm.finetune.report import MALFORMED_LINE, PositionDecoder, lines, read_utf8
+from zhlm.finetune.report import MALFORMED_LINE, PositionDecoder, json_error, lines, read_utf8
 
 DELIMITERS = {"tsv": "\t", "csv": ","}
 # Header names accepted for each field, so that CLUE, ERNIE, XNLI and HF exports all read.
@@ -96,8 +102,9 @@ def _chain(first, rest):
 
 
 def _jsonl(path, report, names):
-    rows = list(_jsonl_rows(path, report))
-    return _keys(rows), iter(rows)
+    rows = _jsonl_rows(path, report)
+    ahead = list(itertools.islice(rows, _KEY_ROWS))
+    return _keys(ahead), _chain(ahead, rows)
 
 
 def _jsonl_rows(path, report) -> Iterator[tuple[int, dict]]:
@@ -105,7 +112,7 @@ def _jsonl_rows(path, report) -> Iterator[tuple[int, dict]]:
         try:
             item = json.loads(text)
         except json.JSONDecodeError as error:
-            report.add(MALFORMED_LINE, line, f"invalid JSON: {error.msg} at column {error.colno}")
+            report.add(MALFORMED_LINE, line, json_error(error))
             continue
         if not isinstance(item, dict):
             report.add(MALFORMED_LINE, line, f"expected a JSON object, got {type(item).__name__}")
@@ -139,9 +146,12 @@ def _json(path, report, names):
     return _keys(rows), iter(rows)
 
 
+_KEY_ROWS = 100  # the JSON rows whose keys name the columns
+
+
 def _keys(rows) -> list[str]:
     """Column names of JSON rows: the keys in the order they first appear."""
-    return list(dict.fromkeys(key for _, row in rows[:100] for key in row))
+    return list(dict.fromkeys(key for _, row in rows[:_KEY_ROWS] for key in row))
 
 
 def _parquet(path, report, names):
@@ -149,11 +159,27 @@ def _parquet(path, report, names):
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
     except (pyarrow.ArrowInvalid, OSError) as error:
         report.add(MALFORMED_LINE, None, f"not a parquet file: {error}")
         return None, iter(())
-    return table.column_names, enumerate(table.to_pylist(), start=1)
+    return parquet.schema_arrow.names, _parquet_rows(parquet, report)
+
+
+def _parquet_rows(parquet, report) -> Iterator[tuple[int, dict]]:
+    """(row number, row) of each row, read a batch at a time."""
+    import pyarrow
+
+    row = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=1024):
+            for item in batch.to_pylist():
+                row += 1
+                yield row, item
+    except (pyarrow.ArrowInvalid, OSError) as error:
+        report.add(
+            MALFORMED_LINE, row + 1, f"unreadable parquet data: {error}; the rest is not read"
+        )
 
 
 def _datasets(path, report, names):

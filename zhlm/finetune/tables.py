@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from zhlm.finetune.report import (
     EMPTY_TEXT,
@@ -36,6 +36,7 @@ from zhlm.finetune.report import (
     UNKNOWN_LABEL,
     Path,
     ReadReport,
+    counted,
     finish,
     guid,
 )
@@ -77,7 +78,13 @@ class Layout:
     label: str | int | None
 
 
-def read_table(
+def read_table(path: Path, fmt: str, *args, **kwargs) -> tuple[list, ReadReport]:
+    """``(examples, report)`` of one file, read whole; the arguments are :func:`iter_table`'s."""
+    examples, report = iter_table(path, fmt, *args, **kwargs)
+    return finish(list(examples), report)
+
+
+def iter_table(
     path: Path,
     fmt: str,
     kind: str = "classification",
@@ -86,9 +93,11 @@ def read_table(
     labels: Sequence[str] | None = None,
     require_label: bool = True,
     default: Layout | None = None,
-) -> tuple[list[SentenceExample | PairExample], ReadReport]:
-    """Examples of one file (see the module docstring). ``labels=None`` accepts any label;
-    ``default`` is the layout of a headerless file when no field is given (else label last)."""
+) -> tuple[Iterator[SentenceExample | PairExample], ReadReport]:
+    """Examples of one file as its rows are read (see the module docstring), and the report,
+    complete once they are. ``labels=None`` accepts any label; ``default`` is the layout of a
+    headerless file when no field is given (else label last). The header and the fields are
+    settled here, before the first example, so a layout that does not fit fails at once."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ReadReport(os.fspath(path))
@@ -99,7 +108,12 @@ def read_table(
     columns, rows = SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
     default = default or Layout(tuple(range(n_texts)), n_texts)
     layout = _layout(path, columns, texts, label, default, n_texts, require_label)
-    examples = []
+    example = PairExample if kind == "pair" else SentenceExample
+    examples = _examples(path, fmt, rows, columns, layout, labels, require_label, example, report)
+    return counted(examples, report), report
+
+
+def _examples(path, fmt, rows, columns, layout, labels, require_label, example, report):
     for line, row in rows:
         if fmt in DELIMITERS:
             row = fields_row(row, columns, layout, fmt, report, line)
@@ -110,11 +124,7 @@ def read_table(
         if label_text is _SKIP or not _nonempty(row, layout.texts, report, line):
             continue
         key = str(row["id"]) if isinstance(row.get("id"), (str, int)) else guid(path, line)
-        values = [row[t] for t in layout.texts]
-        example = PairExample if kind == "pair" else SentenceExample
-        examples.append(example(key, *values, label_text, line))
-    report.issues.sort(key=lambda issue: issue.line or 0)  # the sources report ahead of rows
-    return finish(examples, report)
+        yield example(key, *[row[t] for t in layout.texts], label_text, line)
 
 
 def parse_fields(fields: Sequence[str | int] | str) -> tuple[str | int, ...]:

@@ -12,6 +12,10 @@ Reading settles the label set too: an empty ``task.labels`` becomes the training
 (:func:`resolve_labels`) and is written back into ``task``, so the head, the metrics and the
 saved config all see the same order.
 
+Training reads a file whole (:func:`read_file`); prediction streams it (:func:`stream_file`), so
+that any file size fits in the same memory. A file's report is printed once: by read_file, or by
+zhlm-predict after the last record.
+
 Why the split helpers: LCQMC and CMRC 2018 have no offline training file, so a config may hold
 out the *last* fraction of one file (records, or whole passages for MRC so that no passage is in
 both halves). Deterministic and documented in the config, so every run sees the same halves.
@@ -29,40 +33,59 @@ import numpy as np
 from zhlm import paths
 from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune import ner, readers, sniff, tables
+from zhlm.finetune.report import finish
 
 KINDS = ("classification", "pair", "mrc", "ner")
 TABLE_FORMATS = tables.FORMATS
-# Reader name (config.task.format) -> reader(path, task) -> (examples, report). An empty
-# task.labels reads every label (read_task then infers the set from the training file).
-# ``need`` False: inputs to predict, whose labels (answers) may be absent.
-READERS = {
-    **{
-        fmt: lambda path, task, need=True, fmt=fmt: tables.read_table(
-            path,
-            fmt,
-            task.kind,
-            task.text_fields,
-            task.label_field,
-            list(task.labels) or None,
-            require_label=need,
-        )
-        for fmt in TABLE_FORMATS
-    },
+
+
+def _table(fmt, kind="", text_fields=None, label_field=None, default=None):
+    """The stream of a table format; the old format names fix the kind and the fields."""
+
+    def stream(path, task, need=True):
+        texts = task.text_fields if text_fields is None else text_fields
+        label = task.label_field if label_field is None else label_field
+        labels = list(task.labels) or None
+        args = (kind or task.kind, texts, label, labels, need, default)
+        return tables.iter_table(path, fmt, *args)
+
+    return stream
+
+
+# Reader name (config.task.format) -> stream(path, task, need) -> (examples as they are read,
+# report complete once they are). An empty task.labels reads every label (read_task then infers
+# the set from the training file). ``need`` False: inputs to predict, whose labels (answers) may
+# be absent. Every format but ``squad`` and ``json`` (one JSON document each, parsed whole) is
+# read a record at a time.
+STREAMS = {
+    **{fmt: _table(fmt) for fmt in TABLE_FORMATS},
     # The names of the formats before there were text_fields/label_field, kept as they read.
-    **{
-        name: lambda path, task, need=True, read=read: read(
-            path, list(task.labels) or None, require_label=need
-        )
-        for name, read in (
-            ("sentence_tsv", readers.read_sentence_tsv),
-            ("pair_tsv", readers.read_pair_tsv),
-            ("pair_jsonl", readers.read_pair_jsonl),
-        )
-    },
-    "squad": lambda path, task, need=True: readers.read_squad(path, require_answers=need),
-    "tagged": lambda path, task, need=True: ner.read_tagged(path, task.scheme),
-    "spans_jsonl": lambda path, task, need=True: ner.read_spans_jsonl(path),
+    "sentence_tsv": _table("tsv", "classification", (), "", readers.SENTENCE_TSV),
+    "pair_tsv": _table("tsv", "pair", (), ""),
+    "pair_jsonl": _table("jsonl", "pair", ("sentence1", "sentence2"), "label"),
+    "squad": lambda path, task, need=True: _whole(readers.read_squad(path, require_answers=need)),
+    "tagged": lambda path, task, need=True: ner.iter_tagged(path, task.scheme),
+    "spans_jsonl": lambda path, task, need=True: ner.iter_spans_jsonl(path),
 }
+
+
+def _whole(read):
+    examples, report = read
+    return iter(examples), report
+
+
+def _listed(stream):
+    def read(path, task, need=True):
+        examples, report = stream(path, task, need)
+        return finish(list(examples), report)
+
+    return read
+
+
+# The same as lists: reader(path, task, need) -> (examples, report). ``tagged`` reads its file
+# once here (the stream reads it twice to find the scheme without keeping the sentences).
+READERS = {fmt: _listed(stream) for fmt, stream in STREAMS.items()}
+READERS["tagged"] = lambda path, task, need=True: ner.read_tagged(path, task.scheme)
 FORMATS = {
     "classification": (*TABLE_FORMATS, "sentence_tsv"),
     "pair": (*TABLE_FORMATS, "pair_tsv", "pair_jsonl"),
@@ -103,20 +126,48 @@ def check_task(task) -> None:
 
 def read_file(task, path: str, require_label: bool = True):
     """``(examples, report)`` of one file through the reader ``task.format`` names; the report
-    (every bad record with file and line) is printed. A table of which no record could be
-    read fails with what the file looks like and the flags that would read it."""
-    folder = task.format == "datasets"  # save_to_disk writes a folder
-    if not (os.path.isdir if folder else os.path.isfile)(path):
-        raise FileNotFoundError(f"{path}: no such {'folder' if folder else 'file'}")
+    (every bad record with file and line) is printed, once. A table of which no record could
+    be read fails with what the file looks like and the flags that would read it."""
+    _check_exists(task, path)
     examples, report = READERS[task.format](path, task, require_label)
     print(report.summary(), flush=True)
     if not examples and report.issues and task.kind in ("classification", "pair"):
-        counts = ", ".join(f"{kind}={n}" for kind, n in sorted(report.counts.items()))
-        raise ValueError(
-            f"{path}: no record could be read as format {task.format} ({counts}); the file "
-            f"looks like: {sniff.describe(path, task.kind)}"
-        )
+        raise no_records(task, path, report)
     return examples, report
+
+
+def stream_file(task, path: str, require_label: bool = True):
+    """``(examples, report)`` of one file as its records are read (:data:`STREAMS`): memory
+    stays bounded whatever the file's size. The report is complete once the examples are;
+    printing it is the caller's (once, at the end)."""
+    _check_exists(task, path)
+    return STREAMS[task.format](path, task, require_label)
+
+
+def no_records(task, path: str, report) -> ValueError:
+    """The error for a file that gave no record: what was found, and what would read it."""
+    counts = ", ".join(f"{kind}={n}" for kind, n in sorted(report.counts.items()))
+    found = f" ({counts})" if counts else " (it holds none)"
+    if os.path.isfile(path) and not os.path.getsize(path):
+        hint = "the file is empty: give one with records"
+    elif task.kind in ("classification", "pair"):
+        hint = f"the file looks like: {sniff.describe(path, task.kind)}"
+    else:
+        hint = f"kind {task.kind} reads {_FORMS[task.kind]}: give the format that fits"
+    return ValueError(f"{path}: no record could be read as format {task.format}{found}; {hint}")
+
+
+_FORMS = {
+    "mrc": "format squad (SQuAD v1 JSON: data, paragraphs, qas)",
+    "ner": "format tagged (char<TAB>tag lines, a blank line after each sentence) or "
+    'spans_jsonl (JSON lines with a "text")',
+}
+
+
+def _check_exists(task, path: str) -> None:
+    folder = task.format == "datasets"  # save_to_disk writes a folder
+    if not (os.path.isdir if folder else os.path.isfile)(path):
+        raise FileNotFoundError(f"{path}: no such {'folder' if folder else 'file'}")
 
 
 def read_task(task):

@@ -1,0 +1,167 @@
+"""zhlm-predict on files: records in input order, one per input record, written a chunk at a
+time; a stopped run continues to the same bytes; an output of another input is refused; an
+input that gives no record is an error.
+
+The models are random (saved the way zhlm-finetune saves ``best/``): what is under test is the
+file front end, not accuracy. Small chunks make a few hundred records several chunks.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from etils import epath
+from helpers import ROOT
+from test_finetune import DATA, load_task
+from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
+
+from zhlm.finetune import tasks
+from zhlm.finetune.predict import predict_file
+from zhlm.finetune.task_model import TaskModel
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from bench_predict import tiny_workdir  # noqa: E402 (tools/ is a script folder)
+
+CHUNK = 64
+REVIEWS = os.path.join(DATA, "chnsenticorp", "dev.tsv")
+
+
+def _workdir(root, name, **task):
+    config = load_task(name)
+    config.task.update(**task)
+    return tiny_workdir(str(root / name), config)
+
+
+MODELS = {
+    "classification": ("chnsenticorp", dict(max_seq_length=32)),
+    "ner": ("msra_ner", dict(max_seq_length=24, doc_stride=8)),
+    "mrc": ("cmrc2018", dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
+}
+
+
+@pytest.fixture(scope="module")
+def workdirs(tmp_path_factory):
+    """``workdirs[kind]``: a workdir with a random tiny model of that kind, made when first
+    asked for."""
+    root = tmp_path_factory.mktemp("models")
+
+    class Made(dict):
+        def __missing__(self, kind):
+            name, task = MODELS[kind]
+            self[kind] = _workdir(root, name, **task)
+            return self[kind]
+
+    return Made()
+
+
+@pytest.fixture(scope="module")
+def classifier(workdirs):
+    return TaskModel.load(workdirs["classification"])
+
+
+def _lines(path, n, header=True):
+    """The first ``n`` records of ChnSentiCorp dev (and its header) as a file at ``path``."""
+    with open(REVIEWS, encoding="utf-8") as f:
+        rows = f.read().splitlines()
+    path.write_text("\n".join(rows[: n + 1] if header else rows[1 : n + 1]) + "\n")
+    return str(path)
+
+
+def _ids(path):
+    return [json.loads(line)["id"] for line in open(path, encoding="utf-8")]
+
+
+def test_records_follow_the_input_one_line_each_for_every_kind(workdirs, classifier, tmp_path):
+    reviews = _lines(tmp_path / "reviews.tsv", 200)
+    out = tmp_path / "reviews.jsonl"
+    assert predict_file(classifier, reviews, str(out), chunk=CHUNK) == 200
+    examples, _ = tasks.read_file(classifier.task, reviews, require_label=False)
+    assert _ids(out) == [e.guid for e in examples] == [f"reviews.tsv:{i}" for i in range(2, 202)]
+    # NER: sentences of several lines each; MRC: one record per question, not per passage.
+    ner_input = tmp_path / "msra.txt"
+    with open(os.path.join(DATA, "msra_ner", "dev.txt"), encoding="utf-8") as f:
+        ner_input.write_text("\n\n".join(f.read().split("\n\n")[:150]) + "\n")
+    cmrc = tmp_path / "cmrc.json"
+    with open(os.path.join(DATA, "cmrc2018", "cmrc2018_trial.json"), encoding="utf-8") as f:
+        squad = json.load(f)
+    squad["data"] = squad["data"][:6]
+    cmrc.write_text(json.dumps(squad, ensure_ascii=False))
+    for kind, path, chunk in (("ner", ner_input, CHUNK), ("mrc", cmrc, 10)):
+        model = TaskModel.load(workdirs[kind])
+        out = tmp_path / f"{kind}.jsonl"
+        n = predict_file(model, str(path), str(out), chunk=chunk)
+        examples, _ = tasks.read_file(model.task, str(path), require_label=False)
+        assert n == len(examples) > chunk and _ids(out) == [e.guid for e in examples], kind
+
+
+def test_a_stopped_run_continues_to_the_same_bytes(classifier, tmp_path, capsys):
+    reviews = _lines(tmp_path / "reviews.tsv", 300)
+    whole = tmp_path / "whole.jsonl"
+    assert predict_file(classifier, reviews, str(whole), chunk=CHUNK) == 300
+    expected = whole.read_bytes()
+    starts = [i + 1 for i, byte in enumerate(expected) if byte == ord("\n")]
+    out = tmp_path / "out.jsonl"
+    # Stopped inside line 151 (its first 10 bytes on disk), and between two lines.
+    for cut, kept, note in ((starts[149] + 10, 150, " (its unfinished"), (starts[99], 100, "\n")):
+        out.write_bytes(expected[:cut])
+        capsys.readouterr()
+        assert predict_file(classifier, reviews, str(out), chunk=CHUNK) == 300
+        assert out.read_bytes() == expected
+        said = capsys.readouterr().out
+        assert f"continuing after {kept} records already in {out}{note}" in said
+    # A finished output: nothing to add, nothing changed.
+    assert predict_file(classifier, reviews, str(out), chunk=CHUNK) == 300
+    assert out.read_bytes() == expected
+
+
+def test_an_output_of_another_input_is_refused_and_left_as_it_is(classifier, tmp_path):
+    reviews = _lines(tmp_path / "reviews.tsv", 100)
+    other = _lines(tmp_path / "other.tsv", 100)
+    out = tmp_path / "out.jsonl"
+    predict_file(classifier, other, str(out), chunk=CHUNK)
+    before = out.read_bytes()
+    with pytest.raises(ValueError, match=r"is not the output of .*reviews.tsv: its record 1 has"):
+        predict_file(classifier, reviews, str(out), chunk=CHUNK)
+    # The same name, fewer records: the output cannot be this input's.
+    short = _lines(tmp_path / "other.tsv", 40)
+    with pytest.raises(ValueError, match="has 100 records, .*other.tsv only 40: .*remove it"):
+        predict_file(classifier, short, str(out), chunk=CHUNK)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("my own notes\n")
+    with pytest.raises(ValueError, match="notes.jsonl:1 is not a zhlm-predict record"):
+        predict_file(classifier, reviews, str(notes), chunk=CHUNK)
+    assert out.read_bytes() == before and notes.read_text() == "my own notes\n"
+
+
+def test_a_cloud_output_is_uploaded_whole_and_never_continued(classifier, tmp_path, gcs):  # noqa: F811
+    reviews = _lines(tmp_path / "reviews.tsv", 100)
+    local = tmp_path / "local.jsonl"
+    predict_file(classifier, reviews, str(local), chunk=CHUNK)
+    assert predict_file(classifier, reviews, "gs://bucket/out.jsonl", chunk=CHUNK) == 100
+    assert epath.Path("gs://bucket/out.jsonl").read_bytes() == local.read_bytes()
+    with pytest.raises(ValueError, match="cloud object cannot be continued: remove it"):
+        predict_file(classifier, reviews, "gs://bucket/out.jsonl", chunk=CHUNK)
+
+
+def test_an_input_that_gives_no_record_exits_non_zero(workdirs, classifier, tmp_path):
+    """A NER model given plain sentences as ``tagged`` (every line malformed) through the
+    command: it used to write "0 predictions" and exit 0. An empty file, in process."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("今天北京下雨。\n明天上海晴。\n")
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={workdirs['ner']}"]
+    cmd += [f"--input={plain}", f"--output={out}"]
+    env = dict(os.environ, PYTHONPATH=ROOT)  # this checkout's zhlm, whatever is installed
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert done.returncode != 0
+    (last,) = done.stderr.strip().splitlines()[-1:]
+    assert last.startswith(f"zhlm-predict: {plain}: no record could be read as format tagged")
+    assert "(malformed_line=1)" in last and "spans_jsonl" in last  # one sentence of two lines
+    assert not out.exists()
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"empty.tsv: no record .*\(it holds none\); the file is"):
+        predict_file(classifier, str(empty), str(out))
+    assert not out.exists()
