@@ -119,9 +119,9 @@ def _train():
             # Multi-host: call jax.distributed.initialize(); the three values below are
             # detected on Cloud TPU and needed elsewhere (one process each, e.g. CPU tests).
             distributed=False,
-            coordinator_address="",
-            num_processes=0,
-            process_id=-1,
+            coordinator_address="",  # host:port of process 0
+            num_processes=0,  # processes in the run (0: detected)
+            process_id=-1,  # this process's index (-1: detected)
             **_sharding(),
         )
     )

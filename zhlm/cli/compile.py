@@ -25,6 +25,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from zhlm.cli import usage  # noqa: E402
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "Cloud TPU accelerator type, e.g. v5litepod-16.")
 _SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over DCN (multi-slice).")
@@ -159,7 +161,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from zhlm import convert, workdir
+from zhlm.cli import usage
 from zhlm.convert import formats
 from zhlm.models import build_model
 from zhlm.train import checkpoint
@@ -88,7 +89,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":

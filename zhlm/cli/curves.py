@@ -10,6 +10,8 @@ import sys
 
 from absl import app, flags
 
+from zhlm.cli import usage
+
 _WORKDIR = flags.DEFINE_string("workdir", None, "A zhlm-pretrain or zhlm-finetune workdir.")
 flags.mark_flags_as_required(["workdir"])
 
@@ -27,7 +29,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":

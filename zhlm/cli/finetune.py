@@ -14,6 +14,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from zhlm.cli import usage
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file.", lock_config=True)
 _INIT = flags.DEFINE_string("init", None, "HF folder, zhlm checkpoint or zhlm-pretrain workdir.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "results.json, predictions and the best params.")
@@ -36,7 +38,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import sys
 
 from absl import app, flags, logging
 
+from zhlm.cli import usage
+
 _WORKDIR = flags.DEFINE_string("workdir", None, "zhlm-finetune workdir or its best/ folder.")
 _INPUT = flags.DEFINE_string("input", None, "File (or datasets folder) of inputs to predict.")
 _OUTPUT = flags.DEFINE_string(
@@ -39,7 +41,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from zhlm.cli import usage
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _INPUT = flags.DEFINE_multi_string("input", None, "Input glob, or name=GLOB for a named source.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory to write.")
@@ -47,7 +49,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":

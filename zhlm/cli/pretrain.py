@@ -13,6 +13,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from zhlm.cli import usage
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl and TensorBoard.")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -33,7 +35,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    app.run(main)
+    usage.run(main)
 
 
 if __name__ == "__main__":
