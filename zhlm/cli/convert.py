@@ -1,16 +1,21 @@
 """``zhlm-convert``: any published model folder -> a zhlm checkpoint or a safetensors HF folder,
-and a zhlm checkpoint -> a Hugging Face folder.
+and any zhlm folder ``--init`` reads -> a Hugging Face folder.
 
   zhlm-convert --input=MODEL_DIR --output=CKPT_DIR [--config=configs/macbert.py:base]
   zhlm-convert --input=MODEL_DIR --output=HF_DIR --to=hf
-  zhlm-convert --input=CKPT_DIR --output=HF_DIR
+  zhlm-convert --input=CKPT_DIR_OR_WORKDIR --output=HF_DIR
+
+A zhlm folder is a parameter checkpoint, a zhlm-pretrain workdir (its newest step that reads) or
+a zhlm-finetune workdir (its ``best/``).
 
 ``MODEL_DIR`` holds any format ``zhlm.convert.formats`` reads (model.safetensors,
 pytorch_model.bin, flax_model.msgpack, tf_model.h5, a TF1 ``*.ckpt``); ``--to=hf`` rewrites it as
 ``config.json`` + ``model.safetensors``, so one conversion serves transformers users as well. A
-zhlm checkpoint can only become a Hugging Face folder. ``--config`` names the recipe an imported
+zhlm folder can only become a Hugging Face folder. ``--config`` names the recipe an imported
 model is for (its heads, dtype, masking); the dimensions always come from the source. The
-source's ``vocab.txt`` is copied beside the output. Problems are one clear line, no traceback.
+source's vocabulary (``vocab.txt``, or a WordPiece ``tokenizer.json``) goes with the output; a
+Hugging Face output gets the tokenizer files ``AutoTokenizer`` reads
+(``zhlm.convert.tokenizer_files``). Problems are one clear line, no traceback.
 """
 
 import os
@@ -22,7 +27,7 @@ from ml_collections import config_flags
 
 from zhlm import convert, workdir
 from zhlm.cli import usage
-from zhlm.convert import formats
+from zhlm.convert import tokenizer_files
 from zhlm.models import build_model
 from zhlm.train import checkpoint
 
@@ -40,19 +45,29 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 
 
-def _from_checkpoint(source, output):
-    variables, config = checkpoint.load_params(source)
-    report = convert.to_hf(build_model(config), variables, config, output)
-    vocab = formats.find_vocab(source)  # e.g. a fine-tuning run's best/vocab.txt
-    if vocab:
-        shutil.copyfile(vocab, os.path.join(output, checkpoint.VOCAB))
+def _zhlm_source(folder) -> str | None:
+    """What ``--init`` would read from a zhlm folder: a parameter checkpoint or pretraining
+    workdir as it is, a fine-tuning workdir's ``best/``; None for any other folder."""
+    best = workdir.path(folder, workdir.BEST)
+    if workdir.is_params_checkpoint(best):
+        return str(best)
+    if workdir.is_params_checkpoint(folder) or workdir.is_pretraining(folder):
+        return folder
+    return None
+
+
+def _from_zhlm(source, output):
+    loaded = checkpoint.load(source)  # a pretraining workdir: its newest step that reads
+    print(f"zhlm-convert: read {loaded.description}")
+    model, variables = build_model(loaded.config), {"params": loaded.params}
+    report = convert.to_hf(model, variables, loaded.config, output, loaded.vocab)
     return report, "Hugging Face folder"
 
 
 def _from_folder(source, output, to):
     model, variables, config, report = convert.read_hf(source, _CONFIG.value, _SEED.value)
     print(f"zhlm-convert: read {report.format} weights from {source}")
-    vocab = formats.find_vocab(source)
+    vocab = tokenizer_files.find_vocab(source)
     if vocab:
         os.makedirs(output, exist_ok=True)
         copied = os.path.abspath(os.path.join(output, checkpoint.VOCAB))
@@ -73,13 +88,14 @@ def main(argv):
     if not _INPUT.value or not _OUTPUT.value:
         raise app.UsageError("--input and --output are required")
     try:
-        if workdir.is_params_checkpoint(_INPUT.value):
+        source = _zhlm_source(_INPUT.value)
+        if source is not None:
             if _TO.value == "zhlm":
-                raise app.UsageError("--input is already a zhlm checkpoint (--to=hf or unset)")
-            report, what = _from_checkpoint(_INPUT.value, _OUTPUT.value)
+                raise app.UsageError("--input is already zhlm's: convert it with --to=hf or unset")
+            report, what = _from_zhlm(source, _OUTPUT.value)
         else:
             report, what = _from_folder(_INPUT.value, _OUTPUT.value, _TO.value or "zhlm")
-    except (convert.ConversionError, FileNotFoundError, KeyError) as e:
+    except (convert.ConversionError, FileNotFoundError, KeyError, ValueError) as e:
         print(f"zhlm-convert: {e}", file=sys.stderr)
         return 1
     for line in report.lines():

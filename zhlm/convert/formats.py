@@ -23,9 +23,9 @@ import re
 
 import numpy as np
 
+from zhlm.convert import tokenizer_files
 from zhlm.convert.layout import ConversionError
 
-VOCAB_FILES = ("vocab.txt", "vocab_chinese.txt")  # the second: Google's Chinese ALBERT release
 TF1_CONFIGS = ("bert_config.json", "albert_config.json", "config.json")
 
 
@@ -55,12 +55,6 @@ def read_source(folder: str) -> Source:
         raise ConversionError(f"{folder}: no model weights found (looked for {looked})")
     source.vocab = _vocab(folder, source.tensors)
     return source
-
-
-def find_vocab(folder: str) -> str | None:
-    """The folder's WordPiece vocabulary file, or None."""
-    paths = (os.path.join(folder, n) for n in VOCAB_FILES)
-    return next((p for p in paths if os.path.isfile(p)), None)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -99,12 +93,11 @@ def _float32(x):
 
 def _vocab(folder, tensors):
     """The folder's vocabulary file, checked against the word embedding's rows."""
-    path = find_vocab(folder)
+    path = tokenizer_files.find_vocab(folder)
     embedding = next((k for k in tensors if k.endswith("embeddings.word_embeddings.weight")), None)
     if path is None or embedding is None:
         return path
-    with open(path, encoding="utf-8") as f:
-        size = sum(1 for _ in f)  # one token per line, id = line number
+    size = tokenizer_files.vocab_size(path)
     rows = tensors[embedding].shape[0]
     if size != rows:
         raise ConversionError(

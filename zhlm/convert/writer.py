@@ -14,7 +14,9 @@ import flax.traverse_util as traverse
 import numpy as np
 import safetensors.numpy
 
+from zhlm.convert import tokenizer_files
 from zhlm.convert.layout import FAMILIES, ConversionError, Report, task_head_rows, to_hf_layout
+from zhlm.data.tokenizer import default_vocab
 from zhlm.models import Model, fit_vocab
 
 
@@ -92,12 +94,13 @@ def _hf_config(cfg, family, config):
     return out
 
 
-def to_hf(model: Model, variables, config, path):
+def to_hf(model: Model, variables, config, path, vocab: str = ""):
     """Writes ``config.json`` and ``model.safetensors`` that transformers' ``from_pretrained``
     loads: ``<Family>ForPreTraining`` (or ``ForMaskedLM``) for a pretraining model, and for a
     fine-tuned task model (``config`` with a ``task`` section) the ``<Family>For<Task>`` of its
-    kind with ``id2label``. Returns a ``Report`` naming what HF has no place for (SpanBERT's
-    SBO head)."""
+    kind with ``id2label``; and the tokenizer files (``zhlm.convert.tokenizer_files``) of
+    ``vocab`` (empty: the config's vocabulary, else the Google Chinese one bundled in zhlm).
+    Returns a ``Report`` naming what HF has no place for (SpanBERT's SBO head)."""
     family = _export_family(model, config)
     cfg = model.config
     flat = traverse.flatten_dict(nn.unbox(variables)["params"], sep="/")
@@ -116,4 +119,19 @@ def to_hf(model: Model, variables, config, path):
     safetensors.numpy.save_file(
         tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"}
     )
-    return Report(unused=sorted(p for p in flat if p.startswith("sbo/")))
+    report = Report(unused=sorted(p for p in flat if p.startswith("sbo/")))
+    text = config.task if "task" in config else config.data
+    if "task" not in config and config.data.tokenizer != "wordpiece":
+        report.notes.append(
+            f"no tokenizer files written: a {config.data.tokenizer} vocabulary has no BERT "
+            "tokenizer in transformers"
+        )
+        return report
+    vocab = vocab or text.vocab or default_vocab()
+    if tokenizer_files.vocab_size(vocab) > cfg.vocab_size:
+        raise ConversionError(
+            f"{vocab}: {tokenizer_files.vocab_size(vocab)} tokens, but the model has "
+            f"{cfg.vocab_size} word embeddings (export with the vocabulary it was trained with)"
+        )
+    tokenizer_files.write(path, vocab, text.lower_case, cfg.max_position_embeddings)
+    return report

@@ -25,7 +25,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from zhlm import defaults, workdir
+from zhlm import defaults, paths, workdir
 from zhlm.models import abstract_variables, build_model
 
 VOCAB = "vocab.txt"  # a Hugging Face folder's (or any source folder's) WordPiece vocabulary
@@ -69,6 +69,9 @@ def load_params(path: str):
             f"(needs {workdir.CONFIG} and {workdir.PARAMS}/)"
         )
     config = _read_config(path)
+    vocab = workdir.path(path, VOCAB)
+    if vocab.is_file():  # the checkpoint's own copy is its vocabulary, wherever it now lies
+        (config.task if "task" in config else config.data).vocab = str(vocab)
     params = ocp.StandardCheckpointer().restore(workdir.path(path, workdir.PARAMS))
     return {"params": jax.tree_util.tree_map(jax.numpy.asarray, params)}, config
 
@@ -90,14 +93,25 @@ def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int
             logging.info("%s: %s", source, line)
         loaded = Loaded(variables["params"], read, f"Hugging Face folder {source}")
         loaded.task_heads = report.task_heads
-    vocab = workdir.path(source, VOCAB)
-    if vocab.is_file():
-        loaded.vocab = str(vocab)
+    vocab = _folder_vocab(source)
+    if vocab:
+        loaded.vocab = vocab
     elif "task" in loaded.config:  # a fine-tuned model (WordPiece only)
         loaded.vocab = loaded.config.task.vocab
     else:
         loaded.vocab, loaded.tokenizer = loaded.config.data.vocab, loaded.config.data.tokenizer
     return loaded
+
+
+def _folder_vocab(source: str) -> str:
+    """The source folder's own vocabulary (``zhlm.convert.tokenizer_files``: ``vocab.txt`` or
+    a WordPiece ``tokenizer.json``), or "" when it has none."""
+    if paths.is_remote(source):
+        vocab = workdir.path(source, VOCAB)
+        return str(vocab) if vocab.is_file() else ""
+    from zhlm.convert import tokenizer_files
+
+    return tokenizer_files.find_vocab(source) or ""
 
 
 def _read_config(folder) -> ml_collections.ConfigDict:
