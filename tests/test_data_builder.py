@@ -119,6 +119,25 @@ def test_loader_mixture_weights_and_epochs(prepared):
 
 
 @pytest.mark.slow
+def test_inputs_that_give_no_sequence_say_why_and_what_to_pass(tmp_path):
+    """A dialogue file given as a text source: one error naming the dialogue flags, not TFDS's
+    "No examples were yielded"."""
+    with open(os.path.join(DATA, "dialogue", "dialogues.jsonl"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(20)]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    config = load_config("ernie", "tiny")
+    with pytest.raises(ValueError) as err:
+        builder.prepare(
+            config.data, config.recipe, [str(path)], str(tmp_path / "d"), 1, progress=False
+        )
+    message = str(err.value)
+    assert message.startswith(f"no training sequence came out of {path}"), message
+    assert "dialogue_in_text_source 20" in message
+    assert f"--config.data.input=\"('dialogue={path}',)\"" in message
+    assert "--config.data.dialogue_sources=\"('dialogue',)\"" in message
+
+
 def test_zhlm_prepare_command(inputs, tmp_path):
     cmd = [
         sys.executable,

@@ -172,7 +172,19 @@ def prepare(
         file_format="array_record",
     )
     download_config = tfds.download.DownloadConfig(beam_runner=beam_runner, try_download_gcs=False)
-    builder.download_and_prepare(download_config=download_config)
+    try:
+        builder.download_and_prepare(download_config=download_config)
+    except AssertionError as e:  # TFDS's words for a split without a single example
+        if "No examples were yielded" not in str(e):
+            raise
+        raise ValueError(_nothing_came_out(builder.report, inputs)) from None
     if builder.report.counts:
         (epath.Path(builder.data_dir) / "report.txt").write_text(builder.report.format() + "\n")
     return builder, builder.report
+
+
+def _nothing_came_out(report, inputs) -> str:
+    """One message for inputs that gave no sequence: why, by the report's reasons."""
+    reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(report.reasons.items())) or "no text"
+    first = f"; {report.messages[0]}" if report.messages else ""
+    return f"no training sequence came out of {', '.join(map(str, inputs))} ({reasons}){first}"

@@ -255,6 +255,13 @@ def _documents_raw(shard: Shard, layout: str, report: Report) -> Iterator[list[b
         yield doc
 
 
+DIALOGUE_HINT = (
+    '{0}: dialogue records ({{"turns": [...]}}) in a text source; name the file as a '
+    "dialogue source: --config.data.input=\"('dialogue={0}',)\" "
+    "--config.data.dialogue_sources=\"('dialogue',)\""
+)
+
+
 def read_documents(shard: Shard, layout: str, jsonl_field: str, report: Report):
     """Decoded, uncleaned documents (lists of lines) of one shard, counting bad input."""
     where = shard.path
@@ -266,9 +273,13 @@ def read_documents(shard: Shard, layout: str, jsonl_field: str, report: Report):
             if not line.strip():
                 continue
             try:
-                text = json.loads(line)[jsonl_field]
+                record = json.loads(line)
+                text = record[jsonl_field]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                report.reason("bad_json_line", message=f"{where}: {type(e).__name__} {e}")
+                if isinstance(e, KeyError) and isinstance(record, dict) and "turns" in record:
+                    report.reason("dialogue_in_text_source", message=DIALOGUE_HINT.format(where))
+                else:
+                    report.reason("bad_json_line", message=f"{where}: {type(e).__name__} {e}")
                 continue
             if not isinstance(text, str):
                 report.reason("bad_json_line", message=f"{where}: {jsonl_field!r} is not text")
