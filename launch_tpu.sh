@@ -219,4 +219,9 @@ while :; do  # steps 1-5
   fi
   restarts=$((restarts + 1))
   say "$tpu was preempted: restart $restarts of $max_restarts (resuming from $workdir)"
+  # A preempted run may not have released the workdir's lock (zhlm/workdir_lock.py); its TPU is
+  # gone, so no run holds it: remove it, or the new run would be refused until it went stale.
+  case $workdir in
+    gs://*) run "$GCLOUD" storage rm "$workdir/lock.json" 2>/dev/null || true ;;
+  esac
 done

@@ -45,6 +45,7 @@ json() {  # argv as one JSON list (enough for these tests: no control characters
 FAKE_GCLOUD = r"""
 set -euo pipefail
 json "$@" >>"$FAKE_GCLOUD_LOG"
+[ "$1 $2" != "storage rm" ] || exit 0  # the workdir's lock after a preemption
 [ $# -ge 5 ] && [ "$1 $2 $3" = "compute tpus tpu-vm" ] || { echo "fake gcloud: $*" >&2; exit 2; }
 verb=$4 state_file=$FAKE_TPU_STATE_FILE home=$FAKE_WORKER_HOME
 state=$(cat "$state_file" 2>/dev/null || true)
@@ -145,7 +146,7 @@ class Fake:
         return [json.loads(line) for line in self.gcloud_log.read_text().splitlines()]
 
     def verbs(self):
-        return [c[3] for c in self.calls()]
+        return [c[3] if c[0] == "compute" else " ".join(c[:2]) for c in self.calls()]
 
     def worker(self, prog):
         """``{"cwd": ..., "argv": [...]}`` for each run of ``prog`` on the worker."""
@@ -257,8 +258,10 @@ def test_preempted_run_is_recreated_and_resumed(tmp_path):
     assert fake.verbs() == (
         ["describe", "create", "scp", "ssh", "ssh", "ssh"]
         + ["describe"]  # after the failed run: PREEMPTED, so restart
+        + ["storage rm"]  # the lock the preempted run could not release
         + ["describe", "delete", "create", "scp", "ssh", "ssh", "ssh"]
     )
+    assert fake.calls()[7] == ["storage", "rm", "gs://bucket/run/lock.json"]
     assert "restart 1 of 3" in r.stderr
     assert len(fake.worker("python3")) == 2  # the new VM starts bare: installed again
     # The first run lost its worker before zhlm-pretrain logged anything; the second ran.
