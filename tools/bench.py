@@ -7,6 +7,8 @@
   python tools/bench.py loader [--recipe macbert] [--seq 128] [--read-ahead 0 4]
   python tools/bench.py tpu [--generations v5litepod v6e] [--runs 0 2] [--no-parts] [--quick]
   python tools/bench.py predict [--lines 2000 200000] [--seq 128]   (tools/bench_predict.py)
+  python tools/bench.py tokens [--recipes bert ernie] [--seq 128 512] [--corpus FILE]
+                                 (tools/bench_tokens.py: real-token share of pretraining records)
 
 Each subcommand is one function registered in ``COMMANDS``; add new ones the same way.
 
@@ -34,11 +36,12 @@ import sys
 import time
 
 # tpu compiles for a TPU it does not have (this host only traces); predict measures host memory.
-if sys.argv[1:2] in (["tpu"], ["predict"]):
+if sys.argv[1:2] in (["tpu"], ["predict"], ["tokens"]):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import bench_common  # tools/ is the script's directory
 import bench_predict
+import bench_tokens
 import bench_train
 import jax
 
@@ -296,6 +299,7 @@ COMMANDS = {
     "loader": loader_bench,
     "tpu": tpu_bench,
     "predict": bench_predict.run,
+    "tokens": bench_tokens.run,
 }
 
 
@@ -317,6 +321,7 @@ def main(argv=None):
     add_loader_parser(sub)
     add_tpu_parser(sub)
     bench_predict.add_parser(sub)
+    bench_tokens.add_parser(sub)
     args = parser.parse_args(argv)
     COMMANDS[args.command](args)
 
