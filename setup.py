@@ -13,7 +13,11 @@ setuptools.setup(
     description="Chinese BERT, RoBERTa-wwm, ERNIE, SpanBERT, ALBERT and MacBERT in JAX/Flax",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=setuptools.find_packages(include=["zhlm", "zhlm.*"]),
+    # The recipes (configs/) install as zhlm.configs, so --config=bert:tiny works without the
+    # checkout (zhlm.config_files finds them there).
+    packages=setuptools.find_packages(include=["zhlm", "zhlm.*"])
+    + ["zhlm.configs", "zhlm.configs.finetune"],
+    package_dir={"zhlm.configs": "configs"},
     package_data={"zhlm": ["resources/*", "resources/**/*"]},
     python_requires=">=3.10",
     install_requires=[

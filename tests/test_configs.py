@@ -58,7 +58,8 @@ def test_cli_config_overrides_are_locked(tmp_path):
         f"--output={tmp_path}/o",
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode != 0 and 'Did you mean "dropout_rate"' in run.stderr
+    assert run.returncode != 0 and "(closest: config.model.dropout_rate)" in run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
 
 
 def test_config_json_round_trip_and_unknown_keys():

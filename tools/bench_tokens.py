@@ -11,7 +11,9 @@ share below 100% is padding that every train step computes: short documents, doc
 zhlm's cache (``ZHLM_CACHE``), as a run would.
 """
 
+import contextlib
 import os
+import sys
 
 import numpy as np
 
@@ -28,7 +30,8 @@ def real_share(recipe: str, seq: int, corpus: str) -> tuple[int, float]:
     config = config_files.load(recipe, "tiny")
     config.data.max_seq_length = seq
     config.data.input = (corpus,) if corpus else ()
-    path = cache.ensure_dataset(config, progress=False)
+    with contextlib.redirect_stdout(sys.stderr):  # TFDS prints its progress: keep the table clean
+        path = cache.ensure_dataset(config, progress=False)
     builder = tfds.builder_from_directory(path)
     mask = list(builder.info.metadata["fields"]).index("attention_mask")
     real = records = 0

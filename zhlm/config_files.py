@@ -10,18 +10,43 @@ default variant). Unlike the flag the config is not locked, so callers may chang
 import importlib.util
 import os
 
-# A source checkout (or an editable install) has the recipes beside the package.
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+def _configs_folder() -> str:
+    """The recipes' folder: installed as the package ``zhlm.configs`` (setup.py maps the
+    checkout's ``configs/`` there, so a non-editable install has them too), else the checkout's
+    ``configs/`` beside the package."""
+    spec = importlib.util.find_spec("zhlm.configs")
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+CONFIGS = _configs_folder()
 
 
 def path(recipe: str) -> str:
-    """``configs/<recipe>.py`` of this checkout (``recipe`` may be ``finetune/ocnli``); a path
-    to a ``.py`` file is returned as it is."""
-    if recipe.endswith(".py"):
+    """The file of a recipe: a name (``bert``, ``finetune/ocnli``) is looked up in the recipes'
+    folder from any directory (``FileNotFoundError`` listing them when it is not there); a path
+    to a ``.py`` file is returned as it is, unless it is missing here and ``configs/<name>.py``
+    names a recipe (the checkout's paths, given from another directory)."""
+    if recipe.endswith(".py") and os.path.isfile(recipe):
         return recipe
-    if not os.path.isdir(CONFIGS):
-        raise FileNotFoundError(f"no configs/ folder at {CONFIGS}: pass the path of a .py file")
-    return os.path.join(CONFIGS, f"{recipe}.py")
+    name = recipe.removesuffix(".py")
+    name = name[len("configs/") :] if name.startswith("configs/") else name
+    found = os.path.join(CONFIGS, f"{name}.py")
+    if not os.path.isfile(found) and recipe.endswith(".py"):
+        return recipe  # a path: loading it says that it is missing
+    if not os.path.isfile(found):
+        known = sorted(
+            os.path.relpath(os.path.join(d, f), CONFIGS)[:-3]
+            for d, _, files in os.walk(CONFIGS)
+            for f in files
+            if f.endswith(".py") and f != "__init__.py"
+        )
+        raise FileNotFoundError(
+            f"no recipe {recipe!r}: pass the path of a .py file or one of {', '.join(known)}"
+        )
+    return found
 
 
 def load(spec: str, arg: str | None = None):

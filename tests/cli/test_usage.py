@@ -2,6 +2,8 @@
 config with its value and ``defaults.py``'s comment; a mistyped key or flag is one line naming
 the closest; every declared key has a comment to show."""
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -59,3 +61,43 @@ def test_every_declared_key_has_a_comment(finetune):
         if not usage._comment(section, key, finetune)
     ]
     assert not missing, f"declare these with a one-line comment in zhlm/defaults.py: {missing}"
+
+
+@pytest.mark.slow
+def test_configs_by_name_from_any_directory_after_a_non_editable_install(tmp_path):
+    """``pip install .`` (not ``-e``; the build backend comes from the package index) of a copy
+    of the project into a fresh virtual environment that sees the installed dependencies: from
+    another directory, ``bert:tiny`` and
+    ``finetune/ocnli`` load and the commands take ``--config=NAME``."""
+    source = tmp_path / "src"
+    skip = shutil.ignore_patterns(".git", "tests", "tools", "*.egg-info", "build", "__pycache__")
+    shutil.copytree(ROOT, source, ignore=skip)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", str(source)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-2000:]
+    shutil.rmtree(source)  # nothing may come from the copy any more
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = (
+        "import zhlm; from zhlm import config_files; print(zhlm.__file__); "
+        "print(config_files.load('bert:tiny').model.size, "
+        "config_files.load('finetune/ocnli').task.name)"
+    )
+    run = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=away, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    where, loaded = run.stdout.strip().splitlines()
+    assert str(venv) in where and loaded == "tiny ocnli"
+    helped = subprocess.run(
+        [str(venv / "bin" / "zhlm-pretrain"), "--config=bert:tiny", "--help"],
+        capture_output=True, text=True, cwd=away, env=env,
+    )  # fmt: skip
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert (
+        "/zhlm/configs/bert.py:tiny" in helped.stdout and "    model.size = 'tiny'" in helped.stdout
+    )

@@ -34,6 +34,11 @@ def run(main):
 def parse(argv: list[str], module) -> list[str]:
     name = module.__spec__.name if module.__spec__ else module.__name__  # "python -m" too
     program = "zhlm-" + name.rsplit(".", 1)[-1]
+    given = _config_spec(argv)  # as the user wrote it, for messages
+    try:
+        argv = _config_by_name(argv)
+    except FileNotFoundError as e:
+        sys.exit(f"{program}: {e}")
     if any(arg in HELP for arg in argv[1:]):
         try:
             print(help_text(program, module, argv), flush=True)
@@ -44,7 +49,7 @@ def parse(argv: list[str], module) -> list[str]:
     if spec is not None:
         problem = unknown_config_keys(spec, argv)
         if problem:
-            sys.exit(f"{program}: {problem}; `{program} --help --config={spec}` lists the keys")
+            sys.exit(f"{program}: {problem}; `{program} --help --config={given}` lists the keys")
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
@@ -52,6 +57,21 @@ def parse(argv: list[str], module) -> list[str]:
         close = difflib.get_close_matches(str(e).split("'")[1] if "'" in str(e) else "", names)
         hint = f" (closest: {', '.join(close)})" if close else ""
         sys.exit(f"{program}: {e}{hint}; `{program} --help` lists the flags")
+
+
+def _config_by_name(argv: list[str]) -> list[str]:
+    """``--config=bert:tiny`` (or ``finetune/ocnli``, or ``configs/bert.py`` from another
+    directory) made the path of the recipe file, which the config flag reads; raises
+    ``FileNotFoundError`` naming the recipes when there is none."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--config=") and "=" in arg:
+            name, colon, rest = arg.split("=", 1)[1].partition(":")
+            from zhlm import config_files
+
+            arg = f"--config={config_files.path(name)}{colon}{rest}"
+        out.append(arg)
+    return out
 
 
 def _config_spec(argv) -> str | None:
