@@ -7,6 +7,8 @@
   python tools/bench.py loader [--recipe macbert] [--seq 128] [--read-ahead 0 4]
   python tools/bench.py tpu [--generations v5litepod v6e] [--runs 0 2] [--no-parts] [--quick]
   python tools/bench.py predict [--lines 2000 200000] [--seq 128]   (tools/bench_predict.py)
+  python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
+                                 (tools/bench_finetune.py: zhlm against HF PyTorch fine-tuning)
   python tools/bench.py tokens [--recipes bert ernie] [--seq 128 512] [--corpus FILE]
                                  (tools/bench_tokens.py: real-token share of pretraining records)
 
@@ -40,6 +42,7 @@ if sys.argv[1:2] in (["tpu"], ["predict"], ["tokens"]):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import bench_common  # tools/ is the script's directory
+import bench_finetune
 import bench_predict
 import bench_tokens
 import bench_train
@@ -300,6 +303,7 @@ COMMANDS = {
     "tpu": tpu_bench,
     "predict": bench_predict.run,
     "tokens": bench_tokens.run,
+    "finetune": bench_finetune.run,
 }
 
 
@@ -322,6 +326,7 @@ def main(argv=None):
     add_tpu_parser(sub)
     bench_predict.add_parser(sub)
     bench_tokens.add_parser(sub)
+    bench_finetune.add_parser(sub)
     args = parser.parse_args(argv)
     COMMANDS[args.command](args)
 

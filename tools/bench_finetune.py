@@ -1,0 +1,243 @@
+"""``python tools/bench.py finetune``: zhlm-finetune against Hugging Face PyTorch fine-tuning, in
+one run, on the same examples from the same weights.
+
+  python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
+      [--max-train 2000] [--max-eval 600] [--epochs 2] [--batch 32]
+
+Both sides start from one random-init Hugging Face ``BertFor<Task>`` folder of ``--size``
+(zhlm reads it as ``--init``), train on the examples zhlm's reader gives for the task's shared
+data (the first ``--max-train`` training and ``--max-eval`` evaluation examples), with the task
+config's optimizer settings (AdamW, peak learning rate, warmup share, weight decay, clipping,
+batch size, sequence length), and evaluate after every epoch. The peer is what
+``transformers.Trainer`` does: random batches, each padded to its longest row
+(``DataCollatorWithPadding``; ``DataCollatorForTokenClassification`` for NER), AdamW with a
+linear schedule (torch's AdamW always corrects the moments' bias; zhlm's, as BERT's, does not by
+default), gradient clipping. Epoch 1 includes zhlm's compilation, so the figures are
+those of the last epoch (its training and its evaluation pass): examples per second of
+training rows, the ratio zhlm / peer, the real-token share of each side's computed positions
+(zhlm's: the rows' token counts over the fixed length every batch is padded to),
+and the dev metric after the same epochs (accuracy; NER: entity micro-F1 by zhlm's conlleval
+metric on both sides).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
+FILES = {  # task -> train file, dev file (relative to ../shared/data); "" : holdout of train
+    "chnsenticorp": ("chnsenticorp/train.tsv", "chnsenticorp/dev.tsv"),
+    "lcqmc": ("lcqmc/dev.txt", ""),
+    "msra_ner": ("msra_ner/train.txt", "msra_ner/dev.txt"),
+}
+
+
+def _config(task: str, args):
+    from zhlm import config_files
+
+    config = config_files.load(f"finetune/{task}", args.size)
+    train, dev = FILES[task]
+    data = os.path.join(os.path.abspath(DATA), "data")
+    config.task.update(
+        train_file=os.path.join(data, train), dev_file=os.path.join(data, dev) if dev else ""
+    )
+    config.train.update(
+        epochs=args.epochs, seeds=1, batch_size=args.batch, log_every=0,
+        max_train_examples=args.max_train, max_eval_examples=args.max_eval, save_best=False,
+    )  # fmt: skip
+    return config
+
+
+def _init_folder(task: str, config, path: str, num_labels: int) -> str:
+    """A random ``BertFor<Task>`` of the config's size, with Google's vocabulary."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from zhlm.data.tokenizer import default_vocab
+    from zhlm.models import SIZES
+
+    dims = SIZES[config.model.size]
+    torch.manual_seed(0)
+    hf = transformers.BertConfig(
+        vocab_size=21128, hidden_size=dims["hidden_size"], num_hidden_layers=dims["num_layers"],
+        num_attention_heads=dims["num_heads"], intermediate_size=4 * dims["hidden_size"],
+        num_labels=num_labels,
+    )  # fmt: skip
+    cls = (
+        transformers.BertForTokenClassification
+        if config.task.kind == "ner"
+        else transformers.BertForSequenceClassification
+    )
+    cls(hf).save_pretrained(path)
+    shutil.copyfile(default_vocab(), os.path.join(path, "vocab.txt"))
+    return path
+
+
+class _EpochClock:
+    """stdout that notes when zhlm-finetune prints each epoch's line (after its dev pass)."""
+
+    def __init__(self, stream):
+        self.stream, self.marks = stream, []
+
+    def write(self, text):
+        if "zhlm-finetune: seed" in text and " epoch " in text:
+            self.marks.append(time.monotonic())
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+def _zhlm(config, init: str, workdir: str) -> dict:
+    from zhlm.finetune.train import finetune
+
+    clock, stdout = _EpochClock(sys.stdout), sys.stdout
+    sys.stdout, began = clock, time.monotonic()
+    try:
+        results = finetune(config, init, workdir)
+    finally:
+        sys.stdout = stdout
+    marks = [began] + clock.marks
+    (seed,) = results["seeds"]
+    metric = results["metric"]
+    return dict(last_epoch=marks[-1] - marks[-2], total=marks[-1] - began, metric=seed[metric])
+
+
+def _hf_features(task, examples, tokenizer, config):
+    """Token ids per example (labels too) as the peer's collator takes them, unpadded."""
+    seq = config.task.max_seq_length
+    labels = list(config.task.labels)
+    rows = []
+    for e in examples:
+        if task == "msra_ner":
+            enc = tokenizer(list(e.text), is_split_into_words=True, truncation=True, max_length=seq)
+            words, previous, tags = enc.word_ids(), None, []
+            for w in words:  # the first token of each character carries its tag
+                tags.append(-100 if w is None or w == previous else labels.index(e.tags[w]))
+                previous = w
+            rows.append(dict(input_ids=enc["input_ids"], labels=tags))
+        elif hasattr(e, "text_b"):
+            enc = tokenizer(e.text_a, e.text_b, truncation=True, max_length=seq)
+            rows.append(dict(enc, labels=labels.index(e.label)))
+        else:
+            enc = tokenizer(e.text, truncation=True, max_length=seq)
+            rows.append(dict(enc, labels=labels.index(e.label)))
+    return rows
+
+
+def _hf(task, config, init, train, dev) -> dict:
+    import torch
+    import transformers
+
+    from zhlm.finetune import ner_metric
+
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count())
+    tokenizer = transformers.BertTokenizerFast(os.path.join(init, "vocab.txt"))
+    ner = task == "msra_ner"
+    cls = (
+        transformers.AutoModelForTokenClassification
+        if ner
+        else transformers.AutoModelForSequenceClassification
+    )
+    model = cls.from_pretrained(init)
+    collate = (
+        transformers.DataCollatorForTokenClassification(tokenizer)
+        if ner
+        else transformers.DataCollatorWithPadding(tokenizer)
+    )
+    rows, dev_rows = (_hf_features(task, x, tokenizer, config) for x in (train, dev))
+    b, optim = config.train.batch_size, config.optim
+    steps = config.train.epochs * -(-len(rows) // b)
+    plain, decayed = [], []  # bias and LayerNorm without weight decay, as zhlm's AdamW
+    for name, p in model.named_parameters():
+        (plain if any(k in name for k in ("bias", "LayerNorm")) else decayed).append(p)
+    groups = [
+        dict(params=decayed, weight_decay=optim.weight_decay),
+        dict(params=plain, weight_decay=0.0),
+    ]
+    opt = torch.optim.AdamW(groups, lr=optim.peak_lr, betas=(optim.b1, optim.b2), eps=optim.eps)
+    schedule = transformers.get_linear_schedule_with_warmup(
+        opt, int(round(optim.warmup_ratio * steps)), steps
+    )
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=b, shuffle=True, collate_fn=collate,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    real = computed = 0
+    marks, metric = [time.monotonic()], 0.0
+    for _ in range(config.train.epochs):
+        model.train()
+        for batch in loader:
+            real += int(batch["attention_mask"].sum())
+            computed += batch["attention_mask"].numel()
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
+            opt.step()
+            schedule.step()
+            opt.zero_grad()
+        model.eval()
+        predicted, gold = [], []
+        with torch.no_grad():
+            for i in range(0, len(dev_rows), b):
+                batch = collate(dev_rows[i : i + b])
+                logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+                if ner:
+                    for row, guess in zip(batch["labels"], logits.argmax(-1), strict=True):
+                        keep = row != -100
+                        gold.append([config.task.labels[t] for t in row[keep]])
+                        predicted.append([config.task.labels[t] for t in guess[keep]])
+                else:
+                    gold += batch["labels"].tolist()
+                    predicted += logits.argmax(-1).tolist()
+        if ner:
+            metric = 100 * ner_metric.scores(gold, predicted)["micro"]["f1"]
+        else:
+            metric = 100 * float(np.mean(np.asarray(gold) == np.asarray(predicted)))
+        marks.append(time.monotonic())
+    tokens = float(np.mean([len(r["input_ids"]) for r in rows]))
+    return dict(
+        last_epoch=marks[-1] - marks[-2], total=marks[-1] - marks[0], metric=metric,
+        real_share=real / computed, fixed_share=tokens / config.task.max_seq_length,
+    )  # fmt: skip
+
+
+def run(args):
+    from zhlm.finetune import tasks
+
+    print("| task | size | train rows | zhlm ex/s | peer ex/s | ratio | zhlm real share | "
+          "peer real share | zhlm dev | peer dev |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for task in args.tasks:
+        config = _config(task, args)
+        train, dev, _ = tasks.read_task(config.task)
+        train, dev = train[: args.max_train], dev[: args.max_eval]
+        with tempfile.TemporaryDirectory() as tmp:
+            init = _init_folder(task, config, os.path.join(tmp, "init"), len(config.task.labels))
+            ours = _zhlm(_config(task, args), init, os.path.join(tmp, "zhlm"))
+            peer = _hf(task, config, init, train, dev)
+        ours_rate, peer_rate = len(train) / ours["last_epoch"], len(train) / peer["last_epoch"]
+        print(
+            f"| {task} | {args.size} | {len(train):,} | {ours_rate:.0f} | {peer_rate:.0f} | "
+            f"{ours_rate / peer_rate:.2f} | {peer['fixed_share']:.1%} | {peer['real_share']:.1%} | "
+            f"{ours['metric']:.1f} | {peer['metric']:.1f} |",
+            flush=True,
+        )
+
+
+def add_parser(sub):
+    p = sub.add_parser("finetune", help="zhlm-finetune against HF PyTorch on the same examples")
+    p.add_argument("--tasks", nargs="+", default=list(FILES), choices=list(FILES))
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--max-train", type=int, default=2000)
+    p.add_argument("--max-eval", type=int, default=600)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32)
