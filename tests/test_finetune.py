@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from helpers import ROOT, without_opt_level_zero
 
+from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune import cmrc_metric, heads, mrc, readers, tasks
-from zhlm.finetune.train import finetune, get_base_config, load_finetuned, save_finetuned
+from zhlm.finetune.train import finetune, load_finetuned, save_finetuned
 from zhlm.train import checkpoint
 
 DATA = os.path.join(ROOT, "..", "shared", "data")
@@ -262,7 +263,7 @@ def _inputs(batch=3, length=16):
 
 
 def _ours(path, kind, num_labels=2):
-    config = get_base_config()
+    config = defaults.get_finetune_config()
     config.task.kind = kind
     config.task.labels = tuple(str(i) for i in range(num_labels))
     loaded = checkpoint.load(path)
@@ -277,16 +278,16 @@ def test_fine_tuning_takes_the_architecture_and_keeps_its_own_way_to_run():
     """The pretrained model's shape comes over; how to run it (heads.RUNTIME_KEYS) stays the
     fine-tuning config's: a model pretrained with TPU flash kernels, bf16 and remat fine-tunes
     with the config's own settings (XLA attention on a CPU)."""
-    pretrained = get_base_config("tiny").model
+    pretrained = defaults.get_finetune_config("tiny").model
     pretrained.update(
         num_layers=3, hidden_size=96, dtype="bfloat16", remat="full", attention_impl="flash"
     )
     pretrained.dropout_rng = "rbg"
-    config = get_base_config("tiny")
+    config = defaults.get_finetune_config("tiny")
     heads.adopt_model(config, pretrained)
     assert (config.model.num_layers, config.model.hidden_size) == (3, 96)
     for key in heads.RUNTIME_KEYS:
-        assert config.model[key] == get_base_config("tiny").model[key], key
+        assert config.model[key] == defaults.get_finetune_config("tiny").model[key], key
     assert config.model.attention_impl == "xla" and config.model.dtype == "float32"
 
 
@@ -296,7 +297,7 @@ def test_a_task_models_encoder_is_the_pretraining_models(kind):
     nothing of the pretraining heads (MLM, NSP/SOP) in the task model."""
     from zhlm.models import abstract_variables, build_model
 
-    config = get_base_config("tiny")
+    config = defaults.get_finetune_config("tiny")
     config.task.kind = kind
     config.model.sentence_head = "sop"
     task = nn.unbox(abstract_variables(heads.build_head(config)))["params"]
@@ -370,7 +371,7 @@ def test_token_classifier_matches_hf_and_exports_back(tmp_path, family):
     print(f"{architecture} logits: max abs difference {error:.2e}")
     assert ours.shape == (3, 16, 7) and error < 1e-4, error
 
-    config = get_base_config()
+    config = defaults.get_finetune_config()
     config.task.update(kind="ner", labels=tags)
     heads.adopt_model(config, checkpoint.load(path).config.model)
     best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
@@ -404,7 +405,7 @@ def test_a_fine_tuned_model_exports_to_its_hf_class(tmp_path, kind, architecture
 
     _, path = _hf_folder(tmp_path, architecture, num_labels=3)
     model, params, _ = _ours(path, kind, num_labels=3)
-    config = get_base_config()
+    config = defaults.get_finetune_config()
     config.task.update(kind=kind, labels=("neg", "mid", "pos"))
     config.model.update(hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128, size="custom")
     best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
@@ -506,7 +507,6 @@ def test_lcqmc_pairs_from_a_hf_folder_two_seeds(tmp_path):
 
 def _pretrain_workdir(path):
     """A workdir laid out as zhlm-pretrain leaves it: config.json and an orbax train state."""
-    from zhlm import defaults
     from zhlm.models import build_model, init_variables
     from zhlm.train import resume
 

@@ -536,10 +536,11 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
 
     import jax
 
+    from zhlm import defaults
     from zhlm.finetune import diagnose, heads, train
     from zhlm.train.optim import make_optimizer
 
-    config = train.get_base_config("tiny")
+    config = defaults.get_finetune_config("tiny")
     config.task.update(kind="ner", labels=MSRA_LABELS, max_seq_length=32)
     config.train.batch_size = 4
     sentences = [

@@ -24,11 +24,11 @@ sentences) from it gave F1 0 against 10.8 from random init; ``zhlm-finetune`` wa
 init (issue 14). The 200-step warmup of ``zhlm.defaults.local_warmup`` avoids that collapse.
 """
 
-from zhlm.finetune.train import get_base_config
+from zhlm.defaults import get_finetune_config
 
 
 def get_config(arg="base"):
-    config = get_base_config(arg)
+    config = get_finetune_config(arg)
     config.task.update(
         name="msra_ner",
         kind="ner",

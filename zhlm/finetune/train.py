@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zhlm import defaults, paths
+from zhlm import paths
 from zhlm import workdir as layout
 from zhlm.finetune import diagnose, heads, mrc, ner, ner_features, ner_metric, tasks
 from zhlm.models import dropout_rngs
@@ -48,8 +48,6 @@ from zhlm.train import metrics as metrics_lib
 from zhlm.train import state as state_lib
 from zhlm.train.optim import make_optimizer
 
-# The schema lives with every other key (zhlm.defaults); task files import it from here.
-get_base_config = defaults.get_finetune_config
 PRIMARY = {"classification": "accuracy", "pair": "accuracy", "mrc": "f1", "ner": "f1"}
 LOSS = "task"  # the objective's name in the step's sums (zhlm.train.sums)
 
