@@ -538,7 +538,6 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
 
     from zhlm import defaults
     from zhlm.finetune import diagnose, heads, train
-    from zhlm.train.optim import make_optimizer
 
     config = defaults.get_finetune_config("tiny")
     config.task.update(kind="ner", labels=MSRA_LABELS, max_seq_length=32)
@@ -550,11 +549,10 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     features = ner_features.ner_features(
         [example(text, spans) for text, spans in sentences * 2], tokenizer, MSRA_LABELS, 32, 30
     )
-    model = heads.build_head(config)
-    steps = train._Steps(model, config, lambda p: make_optimizer(config.optim, 10, p)[0])
-    fresh = heads.init_params(model, jax.random.key(1), 32)
+    trainer = train.task_trainer(config, 10)
+    fresh = heads.init_params(trainer.model, jax.random.key(1), 32)
     batch = next(train._batches(features.arrays, 4, np.arange(4)))
-    x = np.asarray(steps.encode(fresh, batch), np.float64)
+    x = np.asarray(train.encoder(trainer)(fresh, batch), np.float64)
     assert diagnose.top_direction_share(x, batch) < 0.5
     collapsed = jax.tree_util.tree_map(np.asarray, fresh)
     emb = collapsed["embeddings"]
@@ -564,7 +562,7 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     for name in ("position_embeddings", "token_type_embeddings"):
         emb[name]["embedding"] = np.zeros_like(emb[name]["embedding"])
 
-    encode = functools.partial(steps.encode, collapsed)
+    encode = functools.partial(train.encoder(trainer), collapsed)
     diagnosis = diagnose.diagnose("ner", features.arrays, batch, encode)
 
     assert diagnosis["init_top_direction_share"] > diagnose.COLLAPSED_SHARE

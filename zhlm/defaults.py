@@ -214,6 +214,7 @@ def _finetune_train():
             seed=0,  # seed of the first run; run i uses seed + i (head init, dropout, order)
             seeds=1,  # repeated runs; results.json reports the max and mean dev metric
             batch_size=32,  # sequences (MRC, NER: windows) per step, split over the devices
+            micro_batches=1,  # gradient accumulation as in pretraining (each slice a mean)
             epochs=3,  # passes over the training set
             eval_every_epoch=True,  # evaluate after every epoch and keep the best (else last)
             max_train_examples=0,  # > 0: only the first N training examples (quick runs)

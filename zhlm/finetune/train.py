@@ -33,7 +33,6 @@ import functools
 import math
 import time
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -42,10 +41,9 @@ import numpy as np
 from zhlm import paths
 from zhlm import workdir as layout
 from zhlm.finetune import diagnose, heads, mrc, ner, ner_features, ner_metric, tasks
-from zhlm.models import dropout_rngs
-from zhlm.train import checkpoint, curves, sharding, sums
+from zhlm.models import dropout_rngs, dummy_inputs
+from zhlm.train import checkpoint, curves, sharding, step, sums
 from zhlm.train import metrics as metrics_lib
-from zhlm.train import state as state_lib
 from zhlm.train.optim import make_optimizer
 
 PRIMARY = {"classification": "accuracy", "pair": "accuracy", "mrc": "f1", "ner": "f1"}
@@ -63,15 +61,10 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
     init_from = loaded.description if loaded else "random initialisation"
     tokenizer = tasks.load_tokenizer(config.task, loaded)
     data = _Data(config, tokenizer)
-    model = heads.build_head(config)
     _check_fits(config, tokenizer)
     train = config.train
     num_steps = train.epochs * math.ceil(data.num_train / train.batch_size)
-    optim = ml_collections.ConfigDict(config.optim.to_dict())
-    if optim.warmup_ratio > 0:
-        optim.warmup_steps = min(int(round(optim.warmup_ratio * num_steps)), num_steps - 1)
-    # The parameter tree decides which leaves decay, so the optimizer is built for it.
-    steps = _Steps(model, config, lambda params: make_optimizer(optim, num_steps, params)[0])
+    trainer = task_trainer(config, num_steps)
     print(
         f"zhlm-finetune: {config.task.name} ({config.task.kind}) from {init_from}: "
         f"{data.num_train} training rows, {num_steps} steps, {train.seeds} seed(s)",
@@ -81,7 +74,7 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
     first = next(
         _batches(data.train, train.batch_size, np.arange(min(train.batch_size, data.num_train)))
     )
-    encode = None if pretrained is None else functools.partial(steps.encode, pretrained)
+    encode = None if pretrained is None else functools.partial(encoder(trainer), pretrained)
     diagnosis = diagnose.diagnose(config.task.kind, data.train, first, encode)
     metrics_file = root / layout.METRICS
     if metrics_file.exists():  # a run is not resumed: its curves start afresh
@@ -89,7 +82,7 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
     writer = metrics_lib.Writer(workdir)  # metrics.jsonl and TensorBoard, one split per seed
     try:
         runs = [
-            _run(train.seed + i, config, data, steps, pretrained, writer)
+            _run(train.seed + i, config, data, trainer, pretrained, writer)
             for i in range(train.seeds)
         ]
     finally:
@@ -97,7 +90,7 @@ def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) 
     (root / layout.CONFIG).write_text(config.to_json(indent=2))
     results = _summary(config, init, init_from, data, runs)
     results.update(diagnosis)
-    results["devices"] = int(steps.mesh.size)
+    results["devices"] = int(trainer.mesh.size)
     results["curves"] = curves.plot(workdir)
     results.update(_write_best(config, data, runs[results["best_seed_index"]], root, tokenizer))
     results["seconds"] = round(time.time() - started, 1)
@@ -182,104 +175,85 @@ def _batches(arrays: dict, batch_size: int, order: np.ndarray):
         yield dict({k: v[rows] for k, v in arrays.items()}, weight=weight)
 
 
-class _Steps:
-    """The jitted train step and forward pass of one task model and optimizer, data-parallel
-    over the mesh of ``config.train.mesh`` (every local device by default), placed by the
-    pretraining step's sharding code (``zhlm.train.state``, ``zhlm.train.sharding``)."""
+def task_trainer(config, num_steps: int, mesh=None) -> step.Trainer:
+    """The task model's trainer, built by the pretraining step's machinery
+    (:func:`zhlm.train.step.build_trainer`: mesh, checks, abstract init, shardings, jitted and
+    donating ``train_step``): data-parallel over ``config.train.mesh`` (every local device by
+    default). The loss weighs each row by ``batch["weight"]`` (0: padding) and is a mean over
+    real targets; dropout draws from the step's key as it is (not split: nothing else is random)."""
+    model = heads.build_head(config)
+    optim = ml_collections.ConfigDict(config.optim.to_dict())
+    if optim.warmup_ratio > 0:
+        optim.warmup_steps = min(int(round(optim.warmup_ratio * num_steps)), num_steps - 1)
+    loss_fn = heads.LOSSES[config.task.kind]
 
-    def __init__(self, model, config, tx_factory):
-        loss_fn = heads.LOSSES[config.task.kind]
-        self.mesh = sharding.create_mesh(config)
-        data = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-        if config.train.batch_size % data:
-            raise ValueError(
-                f"train.batch_size={config.train.batch_size} is not divisible by the "
-                f"{data} devices of the data axes"
-            )
-        init = state_lib.boxed_init(model, config.task.max_seq_length, tx_factory)
-        abstract, self.state_shardings = state_lib.abstract_state(init, self.mesh, config)
-        tx = tx_factory(abstract["params"])
-        batch_sh, replicated = sharding.batch_sharding(self.mesh), sharding.replicated(self.mesh)
+    def apply(params, batch, deterministic, rng=None):
+        rngs = None if rng is None else dropout_rngs(rng, model.config)
+        return model.apply({"params": params}, *_inputs(batch), deterministic, rngs=rngs)
 
-        def apply(params, batch, deterministic, rng=None):
-            inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            rngs = None if rng is None else dropout_rngs(rng, model.config)
-            return model.apply({"params": params}, *inputs, deterministic, rngs=rngs)
+    def loss(params, batch, rng, deterministic=False):
+        outputs = apply(params, batch, deterministic, None if deterministic else rng)
+        row_sum, row_count = loss_fn(outputs, batch)
+        total = jnp.sum(row_sum * batch["weight"])
+        count = jnp.sum(row_count * batch["weight"])
+        return total / jnp.maximum(count, 1.0), sums.objective(LOSS, total, count)
 
-        def train_step(state, batch, rng):
-            rng = jax.random.fold_in(rng, state["step"])
-
-            def loss(params):
-                row_sum, row_count = loss_fn(apply(params, batch, False, rng), batch)
-                total = jnp.sum(row_sum * batch["weight"])
-                count = jnp.sum(row_count * batch["weight"])
-                return total / jnp.maximum(count, 1.0), (total, count)
-
-            (_, (total, count)), grads = jax.value_and_grad(loss, has_aux=True)(state["params"])
-            metrics = sums.objective(LOSS, total, count)
-            return state_lib.apply_gradients(state, grads, tx), metrics
-
-        self.model, self.tx, self.rules = model, tx, sharding.rules(config)
-        self._train_step = jax.jit(
-            train_step,
-            in_shardings=(self.state_shardings, batch_sh, replicated),
-            out_shardings=(self.state_shardings, replicated),
-            donate_argnums=0,
-        )
-        self._predict = jax.jit(
-            lambda params, batch: apply(params, batch, True),
-            in_shardings=(self.state_shardings["params"], batch_sh),
-        )
-
-        def encode(params, batch):
-            # Only the parts ``encode`` reads: a pretrained tree has no task head yet.
-            params = {k: params[k] for k in ("embeddings", "encoder")}
-            inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            return model.apply({"params": params}, *inputs, True, method="encode")
-
-        self._encode = jax.jit(encode)
-
-    def init_state(self, params):
-        return state_lib.create_copy(params, self.tx, self.state_shardings)
-
-    def train_step(self, state, batch, rng):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return self._train_step(state, batch, rng)
-
-    def predict(self, params, batch):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return self._predict(params, batch)
-
-    def encode(self, params, batch):
-        """The encoder's sequence output [B,S,H], no dropout; ``params`` need only the
-        embeddings and the encoder (a pretrained tree will do)."""
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return self._encode(params, batch)
+    return step.build_trainer(
+        config,
+        sharding.create_mesh(config) if mesh is None else mesh,
+        model,
+        jax.eval_shape(lambda: dummy_inputs(config.task.max_seq_length)),
+        loss,
+        # The parameter tree decides which leaves decay, so the optimizer is built for it.
+        lambda params: make_optimizer(optim, num_steps, params),
+        lambda params, batch: apply(params, batch, True),
+    )
 
 
-def _run(seed, config, data, steps, pretrained, writer) -> dict:
+def encoder(trainer: step.Trainer):
+    """``(params, batch) -> [B,S,H]``: the encoder's sequence output, no dropout; ``params`` need
+    only the embeddings and the encoder (a pretrained tree, without a task head, will do)."""
+
+    def encode(params, batch):
+        params = {k: params[k] for k in ("embeddings", "encoder")}
+        return trainer.model.apply({"params": params}, *_inputs(batch), True, method="encode")
+
+    jitted = jax.jit(encode)
+
+    def run(params, batch):
+        with trainer.scope():
+            return jitted(params, batch)
+
+    return run
+
+
+def _inputs(batch):
+    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+
+
+def _run(seed, config, data, trainer, pretrained, writer) -> dict:
     """One seed: train ``train.epochs`` epochs, evaluating as configured; the best epoch's
     metrics, host parameters and (MRC) predictions."""
     train, kind = config.train, config.task.kind
     init_key, dropout_key = jax.random.split(jax.random.key(seed))
-    model_params = heads.init_params(steps.model, init_key, config.task.max_seq_length)
+    model_params = heads.init_params(trainer.model, init_key, config.task.max_seq_length)
     params, left_fresh = model_params, sorted(model_params)
     if pretrained is not None:
         params, left_fresh = heads.merge(model_params, pretrained, kind)
-    state = steps.init_state(params)  # a copy: it is donated, and the seeds share ``params``
+    state = trainer.state_from(params)  # a copy: it is donated, and the seeds share ``params``
     order_rng = np.random.RandomState(seed)
     best, history = None, []
     for epoch in range(1, train.epochs + 1):
         epoch_sums = None
         order = order_rng.permutation(data.num_train)
         for i, batch in enumerate(_batches(data.train, train.batch_size, order), 1):
-            state, metrics = steps.train_step(state, batch, dropout_key)
+            state, metrics = trainer.step(state, batch, dropout_key)
             epoch_sums = sums.add(epoch_sums, metrics)
             if train.log_every and i % train.log_every == 0:
                 print(f"  seed {seed} epoch {epoch} step {i}: loss {_mean(epoch_sums):.4f}")
         record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}
         if train.eval_every_epoch or epoch == train.epochs:
-            scores, predictions = _evaluate(state["params"], config, data, steps)
+            scores, predictions = _evaluate(state["params"], config, data, trainer)
             record.update(scores)
             if best is None or scores[PRIMARY[kind]] > best["scores"][PRIMARY[kind]]:
                 params_host = jax.device_get(state["params"])
@@ -295,13 +269,13 @@ def _mean(epoch_sums) -> float:
     return sums.means(jax.device_get(epoch_sums))[f"{LOSS}_loss"]
 
 
-def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
+def _evaluate(params, config, data, trainer) -> tuple[dict, dict | None]:
     """Dev metrics (percent) and, for MRC, the ``{qid: answer}`` predictions."""
     task = config.task
     outputs = []
     rows = np.arange(len(data.eval["input_ids"]))
     for batch in _batches(data.eval, config.train.batch_size, rows):
-        out = jax.device_get(steps.predict(params, batch))
+        out = jax.device_get(trainer.forward(params, batch))
         if task.kind == "ner":  # tag ids: [F,S] on the host, not [F,S,L] logits
             out = {"tags": np.argmax(out["logits"], -1)}
         outputs.append({k: v[batch["weight"] > 0] for k, v in out.items()})
