@@ -11,7 +11,8 @@ import pytest
 from seqeval.metrics import sequence_labeling as seqeval
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import ner, ner_features, ner_metric
+from zhlm.finetune import ner_features, ner_metric
+from zhlm.finetune import ner_files as ner
 from zhlm.finetune.ner_features import IGNORE, merge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -537,7 +538,8 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     import jax
 
     from zhlm import defaults
-    from zhlm.finetune import diagnose, heads, train
+    from zhlm.finetune import batching, diagnose, kinds, pretrained, train
+    from zhlm.models import dummy_inputs
 
     config = defaults.get_finetune_config("tiny")
     config.task.update(kind="ner", labels=MSRA_LABELS, max_seq_length=32)
@@ -549,9 +551,10 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     features = ner_features.ner_features(
         [example(text, spans) for text, spans in sentences * 2], tokenizer, MSRA_LABELS, 32, 30
     )
-    trainer = train.task_trainer(config, 10)
-    fresh = heads.init_params(trainer.model, jax.random.key(1), 32)
-    batch = next(train._batches(features.arrays, 4, np.arange(4)))
+    kind = kinds.get("ner")
+    trainer = train.task_trainer(config, kind, 10)
+    fresh = pretrained.init_params(trainer.model, jax.random.key(1), dummy_inputs(32))
+    batch = next(batching.batches(features.arrays, 4, np.arange(4)))
     x = np.asarray(train.encoder(trainer)(fresh, batch), np.float64)
     assert diagnose.top_direction_share(x, batch) < 0.5
     collapsed = jax.tree_util.tree_map(np.asarray, fresh)
@@ -563,7 +566,7 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
         emb[name]["embedding"] = np.zeros_like(emb[name]["embedding"])
 
     encode = functools.partial(train.encoder(trainer), collapsed)
-    diagnosis = diagnose.diagnose("ner", features.arrays, batch, encode)
+    diagnosis = diagnose.diagnose(kind.prior(features.arrays), batch, encode)
 
     assert diagnosis["init_top_direction_share"] > diagnose.COLLAPSED_SHARE
     assert "token representations have collapsed" in capsys.readouterr().out

@@ -179,11 +179,12 @@ def _task():
     return ml_collections.ConfigDict(
         dict(
             name="",  # the task's name, for logs and results.json
-            # classification (one text), pair (two texts), mrc (answer spans) or ner (entities)
+            # a registered task kind (zhlm.finetune.kinds): classification (one text), pair
+            # (two texts), mrc (answer spans) or ner (entities)
             kind="classification",
-            # classification/pair: tsv, csv, jsonl, json, parquet or datasets (a save_to_disk
-            # folder), also the old names sentence_tsv, pair_tsv, pair_jsonl; mrc: squad; ner:
-            # tagged (char<TAB>tag lines) or spans_jsonl (CLUENER-style offset spans)
+            # one the kind reads: classification/pair tsv, csv, jsonl, json, parquet or datasets
+            # (a save_to_disk folder); mrc squad; ner tagged (char<TAB>tag lines) or
+            # spans_jsonl (CLUENER-style offset spans)
             format="tsv",
             # classification/pair: the text column(s), names or 0-based positions (one, two
             # for pair); empty: the usual header names, else the columns before the label

@@ -20,6 +20,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+import zhlm
 from zhlm import convert, workdir
 from zhlm.convert import formats
 from zhlm.models import build_model
@@ -41,7 +42,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 
 def _from_checkpoint(source, output):
     variables, config = checkpoint.load_params(source)
-    report = convert.to_hf(build_model(config), variables, config, output)
+    report = zhlm.to_hf(build_model(config), variables, config, output)
     vocab = formats.find_vocab(source)  # e.g. a fine-tuning run's best/vocab.txt
     if vocab:
         shutil.copyfile(vocab, os.path.join(output, checkpoint.VOCAB))
@@ -59,7 +60,7 @@ def _from_folder(source, output, to):
         if "data" in config:  # the checkpoint names its own copy, not the source's
             config.data.vocab = copied
     if to == "hf":
-        report.unused += convert.to_hf(model, variables, config, output).unused
+        report.unused += zhlm.to_hf(model, variables, config, output).unused
         return report, "Hugging Face folder (safetensors)"
     checkpoint.save_params(output, variables, config)
     return report, "zhlm checkpoint"

@@ -80,24 +80,24 @@ class Layout:
 def read_table(
     path: Path,
     fmt: str,
-    kind: str = "classification",
+    texts: int = 1,
     text_fields: Sequence[str | int] = (),
     label_field: str | int = "",
     labels: Sequence[str] | None = None,
     require_label: bool = True,
-    default: Layout | None = None,
 ) -> tuple[list[SentenceExample | PairExample], ReadReport]:
-    """Examples of one file (see the module docstring). ``labels=None`` accepts any label;
-    ``default`` is the layout of a headerless file when no field is given (else label last)."""
+    """Examples of one file (see the module docstring) with ``texts`` texts each (1: sentences,
+    2: pairs). ``labels=None`` accepts any label; a headerless file without fields given has
+    the label last."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ReadReport(os.fspath(path))
+    n_texts = texts
     texts, label = parse_fields(text_fields), parse_field(label_field)
-    n_texts = 2 if kind == "pair" else 1
     if texts and len(texts) != n_texts:
-        raise ValueError(f"config.task.text_fields={texts}: kind {kind!r} reads {n_texts} text(s)")
+        raise ValueError(f"config.task.text_fields={texts}: this task reads {n_texts} text(s)")
     columns, rows = SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
-    default = default or Layout(tuple(range(n_texts)), n_texts)
+    default = Layout(tuple(range(n_texts)), n_texts)
     layout = _layout(path, columns, texts, label, default, n_texts, require_label)
     examples = []
     for line, row in rows:
@@ -111,7 +111,7 @@ def read_table(
             continue
         key = str(row["id"]) if isinstance(row.get("id"), (str, int)) else guid(path, line)
         values = [row[t] for t in layout.texts]
-        example = PairExample if kind == "pair" else SentenceExample
+        example = PairExample if n_texts == 2 else SentenceExample
         examples.append(example(key, *values, label_text, line))
     report.issues.sort(key=lambda issue: issue.line or 0)  # the sources report ahead of rows
     return finish(examples, report)

@@ -24,11 +24,11 @@ from collections.abc import Iterator, Sequence
 
 from zhlm import paths
 from zhlm.finetune import ner_metric
-from zhlm.finetune.readers import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport
+from zhlm.finetune.report import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport, finish
 
 Path = str | os.PathLike
 
-# Issue kinds beside readers.py's, the keys of the report's counts.
+# Issue kinds beside zhlm.finetune.report's, the keys of the report's counts.
 UNKNOWN_TAG = "unknown_tag"  # not a tag of the scheme (sentence skipped)
 ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleval way (kept)
 BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)
@@ -83,7 +83,7 @@ def read_tagged(path: Path, scheme: str = "auto") -> tuple[list[NerExample], Ner
         bio = _to_bio(tags, entities, scheme, first, report)
         guid = f"{os.path.basename(path)}:{first}"
         examples.append(NerExample(guid, "".join(chars), tuple(bio), first))
-    return _finish(examples, report)
+    return finish(examples, report)
 
 
 def _tagged_sentences(path: Path, report: ReadReport) -> Iterator[tuple[int, list, list]]:
@@ -206,7 +206,7 @@ def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:
         tags = ner_metric.encode(spans, len(item["text"]), "bio")
         guid = str(item["id"]) if "id" in item else f"{os.path.basename(path)}:{number}"
         examples.append(NerExample(guid, item["text"], tuple(tags), number))
-    return _finish(examples, report)
+    return finish(examples, report)
 
 
 def _json_record(text: str, number: int, report: ReadReport) -> dict | None:
@@ -285,13 +285,6 @@ _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 # A space-separated line: one character (an ideographic space too, which str.split() would
 # swallow), ASCII spaces, the tag.
 _SPACED = re.compile(r"(.) +(\S+)")
-
-
-def _finish(examples: list, report: ReadReport):
-    report.records = len(examples)
-    if report.issues:
-        log.warning("%s", report.summary())
-    return examples, report
 
 
 def labels(examples: Sequence[NerExample]) -> tuple[str, ...]:
