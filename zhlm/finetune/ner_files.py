@@ -10,7 +10,7 @@ Features, windows and merging predictions back are in :mod:`zhlm.finetune.ner_fe
 schemes, conlleval chunks and the metric in :mod:`zhlm.finetune.ner_metric`. This module reads the
 files and writes predictions as JSON lines of entity spans with their text.
 
-``tests/test_ner.py`` checks all of this, and reads the real MSRA files.
+``tests/finetune/test_ner.py`` checks all of this, and reads the real MSRA files.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ scores, writes records and names its Hugging Face export. The fine-tuning loop, 
 the diagnostics and the converter ask this registry and never compare kind names.
 
 To add a kind: a module here with a ``TaskKind`` subclass, one line in :data:`KINDS`, and a
-sample in ``tests/test_kinds.py`` (the contract test runs every registered kind).
+sample in ``tests/finetune/test_kinds.py`` (the contract test runs every registered kind).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from helpers import ROOT
 from seqeval.metrics import sequence_labeling as seqeval
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
@@ -15,7 +16,6 @@ from zhlm.finetune import ner_features, ner_metric
 from zhlm.finetune import ner_files as ner
 from zhlm.finetune.ner_features import IGNORE, merge
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MSRA = os.path.join(ROOT, "..", "shared", "data", "msra_ner")
 MSRA_LABELS = ("O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER")
 

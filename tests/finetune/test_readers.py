@@ -5,15 +5,14 @@ import json
 import os
 
 import pytest
+from helpers import ROOT
 
 from zhlm.finetune import report as r
 from zhlm.finetune import tasks
 from zhlm.finetune.squad import MrcAnswer, read_squad
 from zhlm.finetune.tables import read_table
 
-DATA = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"
-)
+DATA = os.path.join(ROOT, "..", "shared", "data")
 BINARY = ("0", "1")
 NLI = ("entailment", "neutral", "contradiction")
 
