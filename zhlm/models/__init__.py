@@ -8,14 +8,14 @@ or a launcher that only reads sizes should not pay for them.
 import importlib
 
 _WHERE = {
-    "abstract_variables": "builder",
-    "build_model": "builder",
-    "count_params": "builder",
-    "dropout_rngs": "builder",
-    "dummy_inputs": "builder",
-    "fit_vocab": "builder",
-    "init_variables": "builder",
-    "model_config": "builder",
+    "abstract_variables": "build",
+    "build_model": "build",
+    "count_params": "build",
+    "dropout_rngs": "build",
+    "dummy_inputs": "build",
+    "fit_vocab": "build",
+    "init_variables": "build",
+    "model_config": "build",
     "ModelConfig": "layers",
     "Model": "model",
     "SIZES": "sizes",

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zhlm import masking, objectives
+from zhlm import masking
 from zhlm.models import Model, build_model, dropout_rngs, dummy_inputs
-from zhlm.train import optim, sharding, sums
+from zhlm.train import objectives, optim, sharding, sums
 from zhlm.train import state as state_lib
 from zhlm.train.state import abstract_key
 
