@@ -46,6 +46,19 @@ def test_unknown_size_is_a_clear_error():
         load_config("bert", "xxlarge")  # only ALBERT has it
 
 
+def test_loading_a_config_imports_no_jax():
+    """Configs (pretraining and fine-tuning) load without JAX or Flax: launchers and data
+    workers read them, and a config file is no reason to initialise a backend."""
+    code = (
+        "import sys; from zhlm import config_files; "
+        "config_files.load('finetune/ocnli', 'tiny'); config_files.load('bert', 'tiny'); "
+        "print(sorted(m for m in ('jax', 'flax') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
+
+
 def test_cli_config_overrides_are_locked(tmp_path):
     """Through a real CLI (config_flags, lock_config=True): a mistyped override fails loudly."""
     cmd = [

@@ -227,7 +227,7 @@ def test_dlm_real_fake_accuracy_rises_above_60_percent_on_held_out_dialogues(tmp
 
     import zhlm
     from zhlm.data import cache
-    from zhlm.models.builder import build_model
+    from zhlm.models.build import build_model
     from zhlm.train import checkpoint, metrics
 
     lines = open(DIALOGUES, encoding="utf-8").read().splitlines()

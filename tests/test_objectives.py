@@ -1,4 +1,4 @@
-"""Losses and metrics of zhlm.objectives against a direct numpy computation, plus one tiny
+"""Losses and metrics of zhlm.train.objectives against a direct numpy computation, plus one tiny
 end-to-end pass (real text -> mask_batch -> model -> pretraining_loss -> gradients).
 
 Why the numpy reference: the losses are the training signal of every recipe; an error in the
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import realtext
 
-from zhlm import defaults, masking, objectives
-from zhlm.train import sums
+from zhlm import defaults, masking
+from zhlm.train import objectives, sums
 
 
 def _nll(logits, labels):

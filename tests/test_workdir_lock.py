@@ -162,7 +162,7 @@ def test_cloud_storage_lock_refuses_and_releases():
 
 
 def test_pretraining_and_fine_tuning_refuse_a_held_workdir_before_writing(tmp_path):
-    from test_finetune import load_task
+    from helpers import load_task
 
     from zhlm.finetune.train import finetune
     from zhlm.train.loop import train_and_evaluate

@@ -30,12 +30,13 @@ def tiny_workdir(path: str, config) -> str:
 
     from zhlm import workdir as layout
     from zhlm.data.tokenizer import default_vocab
-    from zhlm.finetune import heads
+    from zhlm.finetune import kinds, pretrained
     from zhlm.finetune.train import save_finetuned
     from zhlm.train.checkpoint import VOCAB
 
-    model = heads.build_head(config)
-    params = heads.init_params(model, jax.random.key(0), config.task.max_seq_length)
+    model = kinds.task_model(config)
+    inputs = kinds.get(config.task.kind).example_inputs(config.task)
+    params = pretrained.init_params(model, jax.random.key(0), inputs)
     best = save_finetuned(os.path.join(path, layout.BEST), params, config)
     shutil.copyfile(default_vocab(), os.path.join(best, VOCAB))
     return path

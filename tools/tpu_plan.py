@@ -68,7 +68,7 @@ def run_config(run: Run, remat="none"):
 # know a kept plan is current (its file name). When it changed, a plan still carries over if
 # its program did not (program_id). zhlm/train/metrics.py (the MFU formula) is not needed:
 # what it gives is recomputed on every read (_refresh).
-STEP_CODE = ("zhlm/models", "zhlm/masking", "zhlm/objectives.py", "zhlm/train/step.py")
+STEP_CODE = ("zhlm/models", "zhlm/masking", "zhlm/train/objectives.py", "zhlm/train/step.py")
 STEP_CODE += ("zhlm/train/optim.py", "zhlm/train/state.py", "zhlm/train/plan.py")
 STEP_CODE += ("zhlm/train/sharding.py", "zhlm/train/sums.py", "zhlm/train/tpu.py")
 STEP_CODE += ("zhlm/train/hlo_stats.py",)

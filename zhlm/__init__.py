@@ -9,8 +9,22 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    if name in ("from_hf", "to_hf"):
+    if name == "from_hf":
         from zhlm import convert
 
-        return getattr(convert, name)
+        return convert.from_hf
     raise AttributeError(f"module 'zhlm' has no attribute {name!r}")
+
+
+def to_hf(model, variables, config, path, vocab: str = ""):
+    """A Hugging Face folder of ``model`` (``zhlm.convert.to_hf``, with the tokenizer files of
+    ``vocab``, empty: the config's); a fine-tuned model (``config.task``) exports as its task
+    kind says (architecture, head, label names)."""
+    from zhlm import convert
+
+    task = None
+    if "task" in config:
+        from zhlm.finetune import kinds
+
+        task = kinds.hf_export(config)
+    return convert.to_hf(model, variables, config, path, task, vocab)

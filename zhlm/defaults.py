@@ -183,11 +183,12 @@ def _task():
     return ml_collections.ConfigDict(
         dict(
             name="",  # the task's name, for logs and results.json
-            # classification (one text), pair (two texts), mrc (answer spans) or ner (entities)
+            # a registered task kind (zhlm.finetune.kinds): classification (one text), pair
+            # (two texts), mrc (answer spans) or ner (entities)
             kind="classification",
-            # classification/pair: tsv, csv, jsonl, json, parquet or datasets (a save_to_disk
-            # folder), also the old names sentence_tsv, pair_tsv, pair_jsonl; mrc: squad; ner:
-            # tagged (char<TAB>tag lines) or spans_jsonl (CLUENER-style offset spans)
+            # one the kind reads: classification/pair tsv, csv, jsonl, json, parquet or datasets
+            # (a save_to_disk folder); mrc squad; ner tagged (char<TAB>tag lines) or
+            # spans_jsonl (CLUENER-style offset spans)
             format="tsv",
             # classification/pair: the text column(s), names or 0-based positions (one, two
             # for pair); empty: the usual header names, else the columns before the label
@@ -218,6 +219,7 @@ def _finetune_train():
             seed=0,  # seed of the first run; run i uses seed + i (head init, dropout, order)
             seeds=1,  # repeated runs; results.json reports the max and mean dev metric
             batch_size=32,  # sequences (MRC, NER: windows) per step, split over the devices
+            micro_batches=1,  # gradient accumulation as in pretraining (each slice a mean)
             epochs=3,  # passes over the training set
             eval_every_epoch=True,  # evaluate after every epoch and keep the best (else last)
             max_train_examples=0,  # > 0: only the first N training examples (quick runs)

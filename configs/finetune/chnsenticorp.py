@@ -14,11 +14,11 @@ the checkpoint's dimensions apply). The other task files take the same argument,
 their data paths the same way (``--config.task.train_file``; a missing one is an error).
 """
 
-from zhlm.finetune.train import get_base_config
+from zhlm.defaults import get_finetune_config
 
 
 def get_config(arg="base"):
-    config = get_base_config(arg)
+    config = get_finetune_config(arg)
     config.task.update(
         name="chnsenticorp",
         kind="classification",

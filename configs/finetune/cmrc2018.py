@@ -15,11 +15,11 @@ With the training file: ``--config.task.train_file=cmrc2018_train.json
 point ``task.train_file`` / ``task.dev_file`` at its SQuAD files.
 """
 
-from zhlm.finetune.train import get_base_config
+from zhlm.defaults import get_finetune_config
 
 
 def get_config(arg="base"):
-    config = get_base_config(arg)
+    config = get_finetune_config(arg)
     config.task.update(
         name="cmrc2018",
         kind="mrc",

@@ -14,11 +14,11 @@ numbers are not comparable with the papers' test-set figures. With the full rele
 ``--config.task.format=csv``. Max length 128, lr 2e-5, batch 64, 3 epochs.
 """
 
-from zhlm.finetune.train import get_base_config
+from zhlm.defaults import get_finetune_config
 
 
 def get_config(arg="base"):
-    config = get_base_config(arg)
+    config = get_finetune_config(arg)
     config.task.update(
         name="lcqmc",
         kind="pair",

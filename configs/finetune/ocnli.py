@@ -10,11 +10,11 @@ items whose annotators disagreed (label ``-``) are reported and skipped. Max len
 3e-5, batch 32, 3 epochs.
 """
 
-from zhlm.finetune.train import get_base_config
+from zhlm.defaults import get_finetune_config
 
 
 def get_config(arg="base"):
-    config = get_base_config(arg)
+    config = get_finetune_config(arg)
     config.task.update(
         name="ocnli",
         kind="pair",

@@ -25,6 +25,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+import zhlm
 from zhlm import convert, workdir
 from zhlm.cli import usage
 from zhlm.convert import tokenizer_files
@@ -60,7 +61,7 @@ def _from_zhlm(source, output):
     loaded = checkpoint.load(source)  # a pretraining workdir: its newest step that reads
     print(f"zhlm-convert: read {loaded.description}")
     model, variables = build_model(loaded.config), {"params": loaded.params}
-    report = convert.to_hf(model, variables, loaded.config, output, loaded.vocab)
+    report = zhlm.to_hf(model, variables, loaded.config, output, loaded.vocab)
     return report, "Hugging Face folder"
 
 
@@ -75,7 +76,7 @@ def _from_folder(source, output, to):
         if "data" in config:  # the checkpoint names its own copy, not the source's
             config.data.vocab = copied
     if to == "hf":
-        report.unused += convert.to_hf(model, variables, config, output).unused
+        report.unused += zhlm.to_hf(model, variables, config, output).unused
         return report, "Hugging Face folder (safetensors)"
     checkpoint.save_params(output, variables, config)
     return report, "zhlm checkpoint"

@@ -1,4 +1,5 @@
-"""``zhlm-finetune``: fine-tune a pretrained encoder on a classification, pair or MRC task.
+"""``zhlm-finetune``: fine-tune a pretrained encoder on a task of a registered kind
+(``zhlm.finetune.kinds``: classification, pair, MRC, NER).
 
   zhlm-finetune --config=configs/finetune/chnsenticorp.py --init=HF_OR_CKPT_DIR --workdir=/tmp/ft
   zhlm-finetune --config=configs/finetune/cmrc2018.py --init=/tmp/zhlm-bert --workdir=/tmp/cmrc \

@@ -167,8 +167,11 @@ class Family:
 
 
 # Task heads of BertFor{SequenceClassification,TokenClassification,QuestionAnswering} and the
-# ALBERT/ERNIE equivalents: a Dense of the same name in zhlm's task models.
-TASK_HEADS = ("classifier", "qa_outputs")
+# ALBERT/ERNIE equivalents: a Dense of the same name in zhlm's task models (each fine-tuning
+# kind names its own head, zhlm.finetune.kinds; the reader loads whichever a folder has).
+CLASSIFIER = "classifier"
+QA_OUTPUTS = "qa_outputs"
+TASK_HEADS = (CLASSIFIER, QA_OUTPUTS)
 
 
 def task_head_rows(name: str):

@@ -44,27 +44,28 @@ def _export_family(model: Model, config):
     return FAMILIES[name]
 
 
-# Fine-tuning kind (config.task.kind) -> the HF architecture suffix and the task head exported.
-TASK_EXPORTS = {
-    "classification": ("ForSequenceClassification", "classifier"),
-    "pair": ("ForSequenceClassification", "classifier"),
-    "ner": ("ForTokenClassification", "classifier"),
-    "mrc": ("ForQuestionAnswering", "qa_outputs"),
-}
+@dataclasses.dataclass(frozen=True)
+class TaskExport:
+    """How a fine-tuned task model is exported; its task kind (``zhlm.finetune.kinds``) says,
+    so that this module stays below fine-tuning in the import graph."""
+
+    suffix: str  # the HF architecture after the family, e.g. "ForSequenceClassification"
+    head: str  # the head's name, the same in zhlm's task model and in HF
+    config: dict  # extra config.json entries (id2label, label2id)
 
 
-def _architecture(cfg, family, config):
-    if "task" in config:
-        return family.architecture.replace("ForPreTraining", TASK_EXPORTS[config.task.kind][0])
+def _architecture(cfg, family, task: TaskExport | None):
+    if task is not None:
+        return family.architecture.replace("ForPreTraining", task.suffix)
     if cfg.sentence_head == "none":
         return family.architecture.replace("ForPreTraining", "ForMaskedLM")
     return family.architecture
 
 
-def _hf_config(cfg, family, config):
+def _hf_config(cfg, family, task: TaskExport | None):
     albert = family.model_type == "albert"
     out = dict(
-        architectures=[_architecture(cfg, family, config)],
+        architectures=[_architecture(cfg, family, task)],
         model_type=family.model_type,
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,
@@ -88,34 +89,39 @@ def _hf_config(cfg, family, config):
             num_hidden_groups=cfg.num_groups,
             inner_group_num=cfg.inner_group_num,
         )
-    if "task" in config and config.task.kind != "mrc":
-        out["id2label"] = dict(enumerate(config.task.labels))
-        out["label2id"] = {label: i for i, label in enumerate(config.task.labels)}
+    if task is not None:
+        out.update(task.config)
     return out
 
 
-def to_hf(model: Model, variables, config, path, vocab: str = ""):
+def to_hf(model: Model, variables, config, path, task: TaskExport | None = None, vocab: str = ""):
     """Writes ``config.json`` and ``model.safetensors`` that transformers' ``from_pretrained``
     loads: ``<Family>ForPreTraining`` (or ``ForMaskedLM``) for a pretraining model, and for a
-    fine-tuned task model (``config`` with a ``task`` section) the ``<Family>For<Task>`` of its
-    kind with ``id2label``; and the tokenizer files (``zhlm.convert.tokenizer_files``) of
-    ``vocab`` (empty: the config's vocabulary, else the Google Chinese one bundled in zhlm).
-    Returns a ``Report`` naming what HF has no place for (SpanBERT's SBO head)."""
+    fine-tuned task model (``config`` with a ``task`` section) the ``<Family>`` + ``task.suffix``
+    its kind names, with ``task.config`` (``zhlm.to_hf`` finds ``task`` from the config); and
+    the tokenizer files (``zhlm.convert.tokenizer_files``) of ``vocab`` (empty: the config's
+    vocabulary, else the Google Chinese one bundled in zhlm). Returns a ``Report`` naming what
+    HF has no place for (SpanBERT's SBO head)."""
+    if ("task" in config) != (task is not None):
+        raise ConversionError(
+            "a fine-tuned model exports with its task (zhlm.to_hf finds it from config.task); "
+            "a pretraining model without one"
+        )
     family = _export_family(model, config)
     cfg = model.config
     flat = traverse.flatten_dict(nn.unbox(variables)["params"], sep="/")
     flat = fit_vocab(flat, dataclasses.replace(cfg, vocab_multiple=1))  # HF: no padding rows
     rows = [row for row, _ in family.top(cfg.sentence_head)]
-    if "task" in config:  # the encoder (and pooler, where the task model has one) and its head
+    if task is not None:  # the encoder (and pooler, where the task model has one) and its head
         rows = [r for r in rows if r[1] in flat and not r[1].startswith(("mlm/", "sentence"))]
-        rows += task_head_rows(TASK_EXPORTS[config.task.kind][1])
+        rows += task_head_rows(task.head)
     tensors = {hf: to_hf_layout(kind, flat[src]) for hf, src, kind in rows}
     for s, layer_rows in enumerate(family.layer_sets(cfg)):
         for hf, name, kind in layer_rows:
             tensors[hf] = to_hf_layout(kind, np.asarray(flat[f"encoder/layers/{name}"][s]))
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(_hf_config(cfg, family, config), f, indent=2)
+        json.dump(_hf_config(cfg, family, task), f, indent=2)
     safetensors.numpy.save_file(
         tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"}
     )

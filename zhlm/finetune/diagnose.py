@@ -1,14 +1,14 @@
 """Two numbers printed before fine-tuning that tell a run stuck at the label prior (NER: all O,
 F1 0) from a slow one, kept in ``results.json``.
 
-``label_prior_loss``: the cross-entropy of predicting the training labels' frequencies, where a
-loss that learns nothing of the input stays. ``init_top_direction_share`` (pretrained inits):
-the share of the variance of the encoder's outputs on the first training batch along their top
-direction. A random tiny encoder gives 4% (MSRA); ERNIE tiny after 600 steps on the bundled
-sample, whose MLM never left the unigram stage (accuracy 2.8%, the most frequent token), gave
-99.9%: every token comes out as one vector, the head can learn only the prior, and a 375-step
-MSRA run (4,000 sentences) from it stayed at F1 0 (dev, first 1,000 sentences) where a random
-encoder reached 10.8 (issue 14).
+The label prior loss (the task kind's ``prior``): the cross-entropy of predicting the training
+labels' frequencies, where a loss that learns nothing of the input stays.
+``init_top_direction_share`` (pretrained inits): the share of the variance of the encoder's
+outputs on the first training batch along their top direction. A random tiny encoder gives 4%
+(MSRA); ERNIE tiny after 600 steps on the bundled sample, whose MLM never left the unigram stage
+(accuracy 2.8%, the most frequent token), gave 99.9%: every token comes out as one vector, the
+head can learn only the prior, and a 375-step MSRA run (4,000 sentences) from it stayed at F1 0
+(dev, first 1,000 sentences) where a random encoder reached 10.8.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import numpy as np
 COLLAPSED_SHARE = 0.9
 
 
-def diagnose(kind: str, train: dict, batch: dict, encode: Callable | None) -> dict:
-    """Both numbers, printed; ``train`` the task's training arrays, ``batch`` its first batch,
-    ``encode(batch)`` the pretrained init's encoder outputs (None: a random init, no share)."""
+def diagnose(prior: float | None, batch: dict, encode: Callable | None) -> dict:
+    """Both numbers, printed; ``prior`` the label prior loss (None: the kind has none),
+    ``batch`` the first training batch, ``encode(batch)`` the pretrained init's encoder
+    outputs (None: a random init, no share)."""
     out = {}
-    prior = label_prior_loss(kind, train)
     if prior is not None:
         out["label_prior_loss"] = prior
         print(
@@ -48,16 +48,6 @@ def diagnose(kind: str, train: dict, batch: dict, encode: Callable | None) -> di
             flush=True,
         )
     return out
-
-
-def label_prior_loss(kind: str, train: dict) -> float | None:
-    """Entropy of the training labels (NER: the labelled tokens'); None for MRC."""
-    if kind == "mrc":
-        return None
-    labels = train["labels"] if kind == "ner" else train["label"]
-    counts = np.bincount(labels[labels >= 0].ravel())
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
 
 
 def top_direction_share(x: np.ndarray, batch: dict) -> float:

@@ -16,7 +16,7 @@ entity with a space inside can still be matched exactly.
 Windows: a sentence whose tokens do not fit in ``max_seq_length - 2`` is cut into windows that
 start ``stride`` tokens apart, the last ending at the last token, so together they cover every
 token. Of the windows holding a word's first piece, the one giving it the most context on both
-sides (BERT's max-context rule, as MRC: :func:`zhlm.finetune.tasks.max_context_window`) gives
+sides (BERT's max-context rule, as MRC: :func:`zhlm.finetune.encoding.max_context_window`) gives
 its prediction; the others still train on it.
 """
 
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from zhlm.finetune import ner_metric
-from zhlm.finetune.ner import NerExample
-from zhlm.finetune.tasks import doc_windows, max_context_window, special_ids
+from zhlm.finetune.encoding import doc_windows, max_context_window, special_ids
+from zhlm.finetune.ner_files import NerExample
 
 log = logging.getLogger(__name__)
 IGNORE = -1  # the label of positions without one: [CLS], [SEP], padding, non-first pieces

@@ -24,7 +24,7 @@ _DELIMITER_NAMES = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}
 _FORMAT_OF = {"\t": "tsv", ",": "csv"}
 
 
-def describe(path, kind: str = "classification") -> str:
+def describe(path, texts: int = 1) -> str:
     """``"<what the file looks like>; try <flags>"`` (the flags only where a guess is sound)."""
     if os.path.isdir(path):
         return "a folder: only format datasets reads one (a Dataset.save_to_disk folder)"
@@ -37,8 +37,8 @@ def describe(path, kind: str = "classification") -> str:
         return _not_utf8(raw)
     stripped = head.lstrip()
     if stripped.startswith(("{", "[")):
-        return _json(stripped, kind)
-    return _delimited(head, kind)
+        return _json(stripped, texts)
+    return _delimited(head, texts)
 
 
 def _decodes(raw: bytes, encoding: str) -> bool:
@@ -77,7 +77,7 @@ def _encodes(char: str, encoding: str) -> bool:
     return True
 
 
-def _delimited(head: str, kind: str) -> str:
+def _delimited(head: str, texts: int) -> str:
     rows = head.splitlines()[:SAMPLE_ROWS]
     sample = "\n".join(rows[:-1] if len(rows) > 1 else rows)  # the last one may be cut short
     try:
@@ -96,10 +96,10 @@ def _delimited(head: str, kind: str) -> str:
     fmt = _FORMAT_OF.get(delimiter)
     if fmt is None:
         return what + " (TSV and CSV are read: convert the file)"
-    return what + _fields(fmt, keys, [dict(zip(keys, r, strict=True)) for r in columns], kind)
+    return what + _fields(fmt, keys, [dict(zip(keys, r, strict=True)) for r in columns], texts)
 
 
-def _json(text: str, kind: str) -> str:
+def _json(text: str, texts: int) -> str:
     decoder = json.JSONDecoder()
     if text.startswith("["):
         fmt, what, text = "json", "a JSON list", text[1:].lstrip()
@@ -119,7 +119,7 @@ def _json(text: str, kind: str) -> str:
             except json.JSONDecodeError:
                 break
     rows = [r for r in rows if isinstance(r, dict)]
-    return f"{what} of objects with keys {list(first)}" + _fields(fmt, list(first), rows, kind)
+    return f"{what} of objects with keys {list(first)}" + _fields(fmt, list(first), rows, texts)
 
 
 def _parquet(path) -> str:
@@ -128,14 +128,13 @@ def _parquet(path) -> str:
     return f"a parquet file with columns {pq.read_schema(path).names}"
 
 
-def _fields(fmt: str, keys: list, rows: list[dict], kind: str) -> str:
+def _fields(fmt: str, keys: list, rows: list[dict], n_texts: int) -> str:
     """Where the label seems to be, and the flags that would read the file so."""
     named = [k for k in keys if isinstance(k, str)]
     label = tables.first_column(named, table_rows.LABEL_NAMES) or label_column(keys, rows)
     if label is None:
         return f"; no column looks like labels: try --config.task.format={fmt} and name them"
     values = sorted({str(r[label]) for r in rows if label in r})
-    n_texts = 2 if kind == "pair" else 1
     texts = tables.default_texts(named, label, n_texts) if named else ()
     texts = texts or [k for k in keys if k != label and str(k).lower() not in ("id", "idx", "qid")]
     text_flag = ",".join(str(k) for k in texts[:n_texts])

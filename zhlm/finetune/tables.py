@@ -87,28 +87,28 @@ def read_table(path: Path, fmt: str, *args, **kwargs) -> tuple[list, ReadReport]
 def iter_table(
     path: Path,
     fmt: str,
-    kind: str = "classification",
+    texts: int = 1,
     text_fields: Sequence[str | int] = (),
     label_field: str | int = "",
     labels: Sequence[str] | None = None,
     require_label: bool = True,
-    default: Layout | None = None,
 ) -> tuple[Iterator[SentenceExample | PairExample], ReadReport]:
-    """Examples of one file as its rows are read (see the module docstring), and the report,
-    complete once they are. ``labels=None`` accepts any label; ``default`` is the layout of a
-    headerless file when no field is given (else label last). The header and the fields are
-    settled here, before the first example, so a layout that does not fit fails at once."""
+    """Examples of one file as its rows are read (see the module docstring), ``texts`` texts
+    each (1: sentences, 2: pairs), and the report, complete once they are. ``labels=None``
+    accepts any label; a headerless file without fields given has the label last. The header
+    and the fields are settled here, before the first example, so a layout that does not fit
+    fails at once."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ReadReport(os.fspath(path))
+    n_texts = texts
     texts, label = parse_fields(text_fields), parse_field(label_field)
-    n_texts = 2 if kind == "pair" else 1
     if texts and len(texts) != n_texts:
-        raise ValueError(f"config.task.text_fields={texts}: kind {kind!r} reads {n_texts} text(s)")
+        raise ValueError(f"config.task.text_fields={texts}: this task reads {n_texts} text(s)")
     columns, rows = SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
-    default = default or Layout(tuple(range(n_texts)), n_texts)
+    default = Layout(tuple(range(n_texts)), n_texts)
     layout = _layout(path, columns, texts, label, default, n_texts, require_label)
-    example = PairExample if kind == "pair" else SentenceExample
+    example = PairExample if n_texts == 2 else SentenceExample
     examples = _examples(path, fmt, rows, columns, layout, labels, require_label, example, report)
     return counted(examples, report), report
 

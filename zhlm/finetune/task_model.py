@@ -3,8 +3,9 @@ examples as records, one per example in their order.
 
 Why apart from the file front end (:mod:`zhlm.finetune.predict`): loading the parameters, the
 tokenizer and the jitted forward pass is done once, while prediction comes a chunk at a time,
-from a file or from memory. Only :func:`_records` knows the task kinds; whatever feeds it
-examples knows none. Each record has the example's ``id`` and
+from a file or from memory. :func:`_records` asks the task kind (``zhlm.finetune.kinds``) to
+featurize, decode and make the records; whatever feeds it examples knows no kind. Each record
+has the example's ``id`` and
 
 * classification / pair: ``label`` and ``probabilities`` (label -> softmax probability);
 * mrc: ``answer`` and ``score`` (the span's start + end logit; questions without any allowed
@@ -19,10 +20,9 @@ another, since inputs to predict may come in any readable format.
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from zhlm import workdir as layout
-from zhlm.finetune import mrc, ner, ner_features, tasks
+from zhlm.finetune import batching, kinds, tasks
 from zhlm.finetune.train import load_finetuned
 from zhlm.train.checkpoint import VOCAB
 
@@ -71,51 +71,13 @@ def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
-def _run(arrays, batch_size, forward):
-    """The forward pass over ``arrays`` in batches of ``batch_size`` rows (the last padded)."""
-    n = len(arrays["input_ids"])
-    outputs = []
-    for begin in range(0, n, batch_size):
-        rows = np.arange(begin, min(begin + batch_size, n))
-        padded = np.pad(rows, (0, batch_size - len(rows)))
-        out = jax.device_get(forward({k: v[padded] for k, v in arrays.items()}))
-        outputs.append({k: v[: len(rows)] for k, v in out.items()})
-    return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
-
-
 def _records(task, examples, tokenizer, forward, config) -> list[dict]:
-    size = config.train.batch_size
-    if task.kind == "mrc":
-        args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
-        features = mrc.mrc_features(examples, *args)
-        out = _run(features.arrays, size, forward)
-        answers = mrc.best_answers(
-            features, examples, out["start_logits"], out["end_logits"], task.n_best_size,
-            task.max_answer_length,
-        )  # fmt: skip
-        return [
-            dict(id=qid, answer=text, **({"score": score} if text else {}))
-            for qid, (text, score) in answers.items()
-        ]
-    if task.kind == "ner":
-        stride = ner_features.task_stride(task)
-        features = ner_features.ner_features(
-            examples, tokenizer, task.labels, task.max_seq_length, stride, "ignore"
-        )
-        out = _run(features.arrays, size, forward)
-        tags = ner_features.merge(features, np.argmax(out["logits"], -1))
-        return [
-            dict(id=e.guid, text=e.text, entities=ner.prediction_records(e, t))
-            for e, t in zip(examples, tags, strict=True)
-        ]
-    arrays = tasks.classification_features(examples, tokenizer, task.labels, task.max_seq_length)
-    logits = _run({k: v for k, v in arrays.items() if k != "label"}, size, forward)["logits"]
-    probs = np.asarray(jax.nn.softmax(logits, -1))
-    return [
-        dict(
-            id=e.guid,
-            label=task.labels[int(np.argmax(p))],
-            probabilities={label: float(q) for label, q in zip(task.labels, p, strict=True)},
-        )
-        for e, p in zip(examples, probs, strict=True)
-    ]
+    """The task kind's records (``zhlm.finetune.kinds``) of ``examples``, in their order."""
+    kind = kinds.get(task.kind)
+    features = kind.featurize(examples, tokenizer, task, training=False)
+    outputs = batching.run(
+        lambda batch: kind.device_outputs(forward(batch), batch),
+        features.arrays,
+        config.train.batch_size,
+    )
+    return kind.records(examples, kind.decode(features, outputs, examples, task), task)

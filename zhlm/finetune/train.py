@@ -33,24 +33,19 @@ import functools
 import math
 import time
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zhlm import defaults, paths, workdir_lock
+from zhlm import paths, workdir_lock
 from zhlm import workdir as layout
-from zhlm.finetune import diagnose, heads, mrc, ner, ner_features, ner_metric, tasks
-from zhlm.models import dropout_rngs
-from zhlm.train import checkpoint, curves, sharding, sums
+from zhlm.finetune import batching, diagnose, kinds, pretrained, tasks
+from zhlm.models import dropout_rngs, model_config
+from zhlm.train import checkpoint, curves, sharding, step, sums
 from zhlm.train import metrics as metrics_lib
-from zhlm.train import state as state_lib
 from zhlm.train.optim import make_optimizer
 
-# The schema lives with every other key (zhlm.defaults); task files import it from here.
-get_base_config = defaults.get_finetune_config
-PRIMARY = {"classification": "accuracy", "pair": "accuracy", "mrc": "f1", "ner": "f1"}
 LOSS = "task"  # the objective's name in the step's sums (zhlm.train.sums)
 
 
@@ -70,44 +65,40 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     loaded = _pretrained(config, init)
     init_from = loaded.description if loaded else "random initialisation"
     tokenizer = tasks.load_tokenizer(config.task, loaded)
-    data = _Data(config, tokenizer)
-    model = heads.build_head(config)
+    kind = kinds.get(config.task.kind)
+    data = _Data(config, kind, tokenizer)
     _check_fits(config, tokenizer)
     train = config.train
     num_steps = train.epochs * math.ceil(data.num_train / train.batch_size)
-    optim = ml_collections.ConfigDict(config.optim.to_dict())
-    if optim.warmup_ratio > 0:
-        optim.warmup_steps = min(int(round(optim.warmup_ratio * num_steps)), num_steps - 1)
-    # The parameter tree decides which leaves decay, so the optimizer is built for it.
-    steps = _Steps(model, config, lambda params: make_optimizer(optim, num_steps, params)[0])
+    trainer = task_trainer(config, kind, num_steps)
     print(
         f"zhlm-finetune: {config.task.name} ({config.task.kind}) from {init_from}: "
         f"{data.num_train} training rows, {num_steps} steps, {train.seeds} seed(s)",
         flush=True,
     )
-    pretrained = None if loaded is None else loaded.with_task_heads()
-    first = next(
-        _batches(data.train, train.batch_size, np.arange(min(train.batch_size, data.num_train)))
-    )
-    encode = None if pretrained is None else functools.partial(steps.encode, pretrained)
-    diagnosis = diagnose.diagnose(config.task.kind, data.train, first, encode)
+    loaded_params = None if loaded is None else loaded.with_task_heads()
+    first_rows = np.arange(min(train.batch_size, data.num_train))
+    first = next(batching.batches(data.train, train.batch_size, first_rows))
+    encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
+    diagnosis = diagnose.diagnose(kind.prior(data.train), first, encode)
     metrics_file = root / layout.METRICS
     if metrics_file.exists():  # a run is not resumed: its curves start afresh
         metrics_file.unlink()
     writer = metrics_lib.Writer(workdir)  # metrics.jsonl and TensorBoard, one split per seed
     try:
         runs = [
-            _run(train.seed + i, config, data, steps, pretrained, writer)
+            _run(train.seed + i, config, kind, data, trainer, loaded_params, writer)
             for i in range(train.seeds)
         ]
     finally:
         writer.close()
     (root / layout.CONFIG).write_text(config.to_json(indent=2))
-    results = _summary(config, init, init_from, data, runs)
+    results = _summary(config, kind, init, init_from, data, runs)
     results.update(diagnosis)
-    results["devices"] = int(steps.mesh.size)
+    results["devices"] = int(trainer.mesh.size)
     results["curves"] = curves.plot(workdir)
-    results.update(_write_best(config, data, runs[results["best_seed_index"]], root, tokenizer))
+    top = runs[results["best_seed_index"]]
+    results.update(_write_best(config, kind, data, top, root, tokenizer))
     results["seconds"] = round(time.time() - started, 1)
     tasks.write_json(root / layout.RESULTS, results)
     print(
@@ -128,7 +119,7 @@ def _pretrained(config, init) -> checkpoint.Loaded | None:
         )
         return None
     loaded = checkpoint.load(init, None, config.train.seed)
-    heads.adopt_model(config, loaded.config.model)
+    pretrained.adopt_model(config, loaded.config.model)
     return loaded
 
 
@@ -149,147 +140,105 @@ def _check_fits(config, tokenizer):
 
 
 class _Data:
-    """Both splits read, reported and featurized: ``train``/``eval`` are the device arrays."""
+    """Both splits read, reported and featurized: ``train`` the device arrays, ``eval`` the
+    evaluation features (``eval.arrays`` on the device, the rest for decoding)."""
 
-    def __init__(self, config, tokenizer):
+    def __init__(self, config, kind, tokenizer):
         task, limits = config.task, config.train
         train, evaluation, self.reports = tasks.read_task(task)
-        if task.kind == "mrc":
-            train = [e for e in train if e.located_answers]  # nothing to learn from the others
-        train = train[: limits.max_train_examples or None]
+        train = kind.for_training(train)[: limits.max_train_examples or None]
         self.examples = evaluation[: limits.max_eval_examples or None]
         if not train or not self.examples:
             raise ValueError(f"{task.name}: no usable training or evaluation examples")
         self.num_train_examples = len(train)
-        if task.kind == "mrc":
-            args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
-            self.train = mrc.mrc_features(train, *args).arrays
-            self.features = mrc.mrc_features(self.examples, *args)
-            self.eval = self.features.arrays
-        elif task.kind == "ner":  # tasks.read_task has set task.labels (given or inferred)
-            stride = ner_features.task_stride(task)
-            args = (tokenizer, task.labels, task.max_seq_length, stride)
-            self.train = ner_features.ner_features(train, *args).arrays
-            self.features = ner_features.ner_features(self.examples, *args, "ignore")
-            self.eval = self.features.arrays
-        else:
-            args = (tokenizer, task.labels, task.max_seq_length)
-            self.train = tasks.classification_features(train, *args)
-            self.eval = tasks.classification_features(self.examples, *args)
+        self.train = kind.featurize(train, tokenizer, task, training=True).arrays
+        self.eval = kind.featurize(self.examples, tokenizer, task, training=False)
         self.num_train = len(self.train["input_ids"])
 
 
-def _batches(arrays: dict, batch_size: int, order: np.ndarray):
-    """Batches of rows ``order``, all ``batch_size`` long: the last is filled with copies of
-    row 0 whose ``weight`` is 0."""
-    for begin in range(0, len(order), batch_size):
-        rows = order[begin : begin + batch_size]
-        weight = np.zeros(batch_size, np.float32)
-        weight[: len(rows)] = 1.0
-        rows = np.pad(rows, (0, batch_size - len(rows)))
-        yield dict({k: v[rows] for k, v in arrays.items()}, weight=weight)
+def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
+    """The task model's trainer, built by the pretraining step's machinery
+    (:func:`zhlm.train.step.build_trainer`: mesh, checks, abstract init, shardings, jitted and
+    donating ``train_step``): data-parallel over ``config.train.mesh`` (every local device by
+    default). The ``kind`` gives the model, its example inputs, the per-row loss and what the
+    forward pass returns. The loss weighs each row by ``batch["weight"]`` (0: padding) and is a
+    mean over real targets; dropout draws from the step's key as it is (nothing else is random,
+    so it is not split)."""
+    model = kind.model(model_config(config.model), config.task)
+    optim = ml_collections.ConfigDict(config.optim.to_dict())
+    if optim.warmup_ratio > 0:
+        optim.warmup_steps = min(int(round(optim.warmup_ratio * num_steps)), num_steps - 1)
+
+    def apply(params, batch, deterministic, rng=None):
+        rngs = None if rng is None else dropout_rngs(rng, model.config)
+        return model.apply({"params": params}, *_inputs(batch), deterministic, rngs=rngs)
+
+    def loss(params, batch, rng, deterministic=False):
+        outputs = apply(params, batch, deterministic, None if deterministic else rng)
+        row_sum, row_count = kind.loss(outputs, batch)
+        total = jnp.sum(row_sum * batch["weight"])
+        count = jnp.sum(row_count * batch["weight"])
+        return total / jnp.maximum(count, 1.0), sums.objective(LOSS, total, count)
+
+    return step.build_trainer(
+        config,
+        sharding.create_mesh(config) if mesh is None else mesh,
+        model,
+        kind.example_inputs(config.task),
+        loss,
+        # The parameter tree decides which leaves decay, so the optimizer is built for it.
+        lambda params: make_optimizer(optim, num_steps, params),
+        lambda params, batch: kind.device_outputs(apply(params, batch, True), batch),
+    )
 
 
-class _Steps:
-    """The jitted train step and forward pass of one task model and optimizer, data-parallel
-    over the mesh of ``config.train.mesh`` (every local device by default), placed by the
-    pretraining step's sharding code (``zhlm.train.state``, ``zhlm.train.sharding``)."""
+def encoder(trainer: step.Trainer):
+    """``(params, batch) -> [B,S,H]``: the encoder's sequence output, no dropout; ``params`` need
+    only the embeddings and the encoder (a pretrained tree, without a task head, will do)."""
 
-    def __init__(self, model, config, tx_factory):
-        loss_fn = heads.LOSSES[config.task.kind]
-        self.mesh = sharding.create_mesh(config)
-        data = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-        if config.train.batch_size % data:
-            raise ValueError(
-                f"train.batch_size={config.train.batch_size} is not divisible by the "
-                f"{data} devices of the data axes"
-            )
-        init = state_lib.boxed_init(model, config.task.max_seq_length, tx_factory)
-        abstract, self.state_shardings = state_lib.abstract_state(init, self.mesh, config)
-        tx = tx_factory(abstract["params"])
-        batch_sh, replicated = sharding.batch_sharding(self.mesh), sharding.replicated(self.mesh)
+    def encode(params, batch):
+        params = {k: params[k] for k in ("embeddings", "encoder")}
+        return trainer.model.apply({"params": params}, *_inputs(batch), True, method="encode")
 
-        def apply(params, batch, deterministic, rng=None):
-            inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            rngs = None if rng is None else dropout_rngs(rng, model.config)
-            return model.apply({"params": params}, *inputs, deterministic, rngs=rngs)
+    jitted = jax.jit(encode)
 
-        def train_step(state, batch, rng):
-            rng = jax.random.fold_in(rng, state["step"])
+    def run(params, batch):
+        with trainer.scope():
+            return jitted(params, batch)
 
-            def loss(params):
-                row_sum, row_count = loss_fn(apply(params, batch, False, rng), batch)
-                total = jnp.sum(row_sum * batch["weight"])
-                count = jnp.sum(row_count * batch["weight"])
-                return total / jnp.maximum(count, 1.0), (total, count)
-
-            (_, (total, count)), grads = jax.value_and_grad(loss, has_aux=True)(state["params"])
-            metrics = sums.objective(LOSS, total, count)
-            return state_lib.apply_gradients(state, grads, tx), metrics
-
-        self.model, self.tx, self.rules = model, tx, sharding.rules(config)
-        self._train_step = jax.jit(
-            train_step,
-            in_shardings=(self.state_shardings, batch_sh, replicated),
-            out_shardings=(self.state_shardings, replicated),
-            donate_argnums=0,
-        )
-        self._predict = jax.jit(
-            lambda params, batch: apply(params, batch, True),
-            in_shardings=(self.state_shardings["params"], batch_sh),
-        )
-
-        def encode(params, batch):
-            # Only the parts ``encode`` reads: a pretrained tree has no task head yet.
-            params = {k: params[k] for k in ("embeddings", "encoder")}
-            inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            return model.apply({"params": params}, *inputs, True, method="encode")
-
-        self._encode = jax.jit(encode)
-
-    def init_state(self, params):
-        return state_lib.create_copy(params, self.tx, self.state_shardings)
-
-    def train_step(self, state, batch, rng):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return self._train_step(state, batch, rng)
-
-    def predict(self, params, batch):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return self._predict(params, batch)
-
-    def encode(self, params, batch):
-        """The encoder's sequence output [B,S,H], no dropout; ``params`` need only the
-        embeddings and the encoder (a pretrained tree will do)."""
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return self._encode(params, batch)
+    return run
 
 
-def _run(seed, config, data, steps, pretrained, writer) -> dict:
+def _inputs(batch):
+    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+
+
+def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
     """One seed: train ``train.epochs`` epochs, evaluating as configured; the best epoch's
-    metrics, host parameters and (MRC) predictions."""
-    train, kind = config.train, config.task.kind
+    metrics, host parameters and dev predictions."""
+    train = config.train
     init_key, dropout_key = jax.random.split(jax.random.key(seed))
-    model_params = heads.init_params(steps.model, init_key, config.task.max_seq_length)
+    inputs = kind.example_inputs(config.task)
+    model_params = pretrained.init_params(trainer.model, init_key, inputs)
     params, left_fresh = model_params, sorted(model_params)
-    if pretrained is not None:
-        params, left_fresh = heads.merge(model_params, pretrained, kind)
-    state = steps.init_state(params)  # a copy: it is donated, and the seeds share ``params``
+    if loaded_params is not None:
+        params, left_fresh = pretrained.merge(model_params, loaded_params, kind.head)
+    state = trainer.state_from(params)  # a copy: it is donated, and the seeds share ``params``
     order_rng = np.random.RandomState(seed)
     best, history = None, []
     for epoch in range(1, train.epochs + 1):
         epoch_sums = None
         order = order_rng.permutation(data.num_train)
-        for i, batch in enumerate(_batches(data.train, train.batch_size, order), 1):
-            state, metrics = steps.train_step(state, batch, dropout_key)
+        for i, batch in enumerate(batching.batches(data.train, train.batch_size, order), 1):
+            state, metrics = trainer.step(state, batch, dropout_key)
             epoch_sums = sums.add(epoch_sums, metrics)
             if train.log_every and i % train.log_every == 0:
                 print(f"  seed {seed} epoch {epoch} step {i}: loss {_mean(epoch_sums):.4f}")
         record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}
         if train.eval_every_epoch or epoch == train.epochs:
-            scores, predictions = _evaluate(state["params"], config, data, steps)
+            scores, predictions = _evaluate(state["params"], config, kind, data, trainer)
             record.update(scores)
-            if best is None or scores[PRIMARY[kind]] > best["scores"][PRIMARY[kind]]:
+            if best is None or scores[kind.metric] > best["scores"][kind.metric]:
                 params_host = jax.device_get(state["params"])
                 best = dict(scores=scores, epoch=epoch, params=params_host, preds=predictions)
         history.append(record)
@@ -303,44 +252,22 @@ def _mean(epoch_sums) -> float:
     return sums.means(jax.device_get(epoch_sums))[f"{LOSS}_loss"]
 
 
-def _evaluate(params, config, data, steps) -> tuple[dict, dict | None]:
-    """Dev metrics (percent) and, for MRC, the ``{qid: answer}`` predictions."""
-    task = config.task
-    outputs = []
-    rows = np.arange(len(data.eval["input_ids"]))
-    for batch in _batches(data.eval, config.train.batch_size, rows):
-        out = jax.device_get(steps.predict(params, batch))
-        if task.kind == "ner":  # tag ids: [F,S] on the host, not [F,S,L] logits
-            out = {"tags": np.argmax(out["logits"], -1)}
-        outputs.append({k: v[batch["weight"] > 0] for k, v in out.items()})
-    merged = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
-    if task.kind == "ner":
-        tags = ner_features.merge(data.features, merged["tags"])
-        micro = ner_metric.scores([list(e.tags) for e in data.examples], tags)["micro"]
-        return {k: micro[k] for k in ("f1", "precision", "recall")}, tags
-    if task.kind != "mrc":
-        return {"accuracy": 100 * tasks.accuracy(merged["logits"], data.eval["label"])}, None
-    predictions = mrc.predict_answers(
-        data.features,
-        data.examples,
-        merged["start_logits"],
-        merged["end_logits"],
-        task.n_best_size,
-        task.max_answer_length,
-    )
-    score = mrc.mrc_score(data.examples, predictions)
-    return {"f1": score.f1, "em": score.em, "average": score.average}, predictions
+def _evaluate(params, config, kind, data, trainer) -> tuple[dict, object]:
+    """Dev metrics (percent) and the kind's predictions."""
+    forward = functools.partial(trainer.forward, params)
+    outputs = batching.run(forward, data.eval.arrays, config.train.batch_size)
+    predictions = kind.decode(data.eval, outputs, data.examples, config.task)
+    return kind.score(data.eval, data.examples, predictions), predictions
 
 
-def _summary(config, init, init_from, data, runs) -> dict:
+def _summary(config, kind, init, init_from, data, runs) -> dict:
     """What results.json reports: per-seed metrics, max and mean, what the readers skipped."""
-    metric = PRIMARY[config.task.kind]
-    values = [run["scores"][metric] for run in runs]
+    values = [run["scores"][kind.metric] for run in runs]
     top = int(np.argmax(values))
     results = dict(
         task=config.task.name,
         kind=config.task.kind,
-        metric=metric,
+        metric=kind.metric,
         init=init or None,
         init_from=init_from,
         train_examples=data.num_train_examples,
@@ -357,27 +284,14 @@ def _summary(config, init, init_from, data, runs) -> dict:
         read_issues={r.path: dict(r.counts) for r in data.reports},
         fresh_parameters=runs[top]["fresh"],
     )
-    if config.task.kind in ("classification", "pair"):
-        counts = np.bincount(data.eval["label"], minlength=len(config.task.labels))
-        results["majority_rate"] = 100 * float(counts.max() / counts.sum())
+    results.update(kind.baseline(data.eval.arrays, config.task))
     return results
 
 
-def _write_best(config, data, top, root, tokenizer) -> dict:
+def _write_best(config, kind, data, top, root, tokenizer) -> dict:
     """Writes the best run's dev predictions and its parameters with the vocabulary
     (``train.save_best``: ``best/`` is all ``zhlm-predict`` needs); returns their paths."""
-    written = {}
-    if config.task.kind == "ner":
-        written["predictions"] = str(root / layout.NER_PREDICTIONS)
-        ner.write_predictions(written["predictions"], data.examples, top["preds"])
-        # The micro scores are the epoch's metrics; per type they say which entities it finds.
-        gold = [list(e.tags) for e in data.examples]
-        written["by_type"] = ner_metric.scores(gold, top["preds"])["by_type"]
-    if config.task.kind == "mrc":
-        written["predictions"] = str(root / layout.PREDICTIONS)
-        written["eval_set"] = str(root / layout.EVAL_SET)
-        tasks.write_json(written["predictions"], top["preds"])
-        tasks.write_json(written["eval_set"], tasks.squad_json(data.examples))
+    written = kind.write_dev(root, data.examples, top["preds"])
     if config.train.save_best:
         written["best"] = save_finetuned(root / layout.BEST, top["params"], config)
         vocab = paths.resolve(tokenizer.vocab_path).read_bytes()
@@ -394,4 +308,4 @@ def save_finetuned(path, params, config) -> str:
 def load_finetuned(path: str):
     """``(model, params, config)`` of a folder :func:`save_finetuned` wrote."""
     variables, config = checkpoint.load_params(path)
-    return heads.build_head(config), variables["params"], config
+    return kinds.task_model(config), variables["params"], config

@@ -2,7 +2,7 @@
 
 Masks are drawn inside the jitted train step from the step's key (RoBERTa's dynamic masking), so
 no static mask is stored and the accelerator never waits on host-side masking. One entry point,
-``mask_batch``; a scheme only says which tokens form a unit (``units.SCHEMES``, picked by
+``mask_batch``; a scheme only says which tokens form a unit (``schemes.SCHEMES``, picked by
 ``config.masking.scheme``), the budgeted selection (``select``) and the replacement policy
 (``replace.POLICIES``, picked by ``config.masking.replacement``) are shared by all of them.
 
@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 
 from zhlm.masking.replace import KEEP, MASK, POLICIES, RANDOM, SIMILAR, check_vocab, replace
+from zhlm.masking.schemes import SCHEMES, span_length_probs
 from zhlm.masking.select import budget, predictions, select_units, span_boundaries
-from zhlm.masking.units import SCHEMES, span_length_probs
 
 __all__ = [
     "KEEP",

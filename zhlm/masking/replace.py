@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from zhlm.masking.units import uniform
+from zhlm.masking.schemes import uniform
 
 KEEP, MASK, RANDOM, SIMILAR = 0, 1, 2, 3  # decision codes, in ``details['replacement']``
 

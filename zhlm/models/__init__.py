@@ -1,29 +1,30 @@
-"""Flax models: one encoder and its pretraining heads for all six recipes."""
+"""Flax models: one encoder and its pretraining heads for all six recipes.
 
-from zhlm.models.builder import (
-    abstract_variables,
-    build_model,
-    count_params,
-    dropout_rngs,
-    dummy_inputs,
-    fit_vocab,
-    init_variables,
-    model_config,
-)
-from zhlm.models.layers import ModelConfig
-from zhlm.models.model import Model
-from zhlm.models.sizes import SIZES
+The names below are imported on first use (PEP 562), so that ``from zhlm.models import sizes``
+(every config file, through ``zhlm.defaults``) loads no JAX or Flax: a config, a data worker
+or a launcher that only reads sizes should not pay for them.
+"""
 
-__all__ = [
-    "SIZES",
-    "Model",
-    "ModelConfig",
-    "abstract_variables",
-    "build_model",
-    "count_params",
-    "dropout_rngs",
-    "dummy_inputs",
-    "fit_vocab",
-    "init_variables",
-    "model_config",
-]
+import importlib
+
+_WHERE = {
+    "abstract_variables": "build",
+    "build_model": "build",
+    "count_params": "build",
+    "dropout_rngs": "build",
+    "dummy_inputs": "build",
+    "fit_vocab": "build",
+    "init_variables": "build",
+    "model_config": "build",
+    "ModelConfig": "layers",
+    "Model": "model",
+    "SIZES": "sizes",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"zhlm.models.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'zhlm.models' has no attribute {name!r}")

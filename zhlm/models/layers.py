@@ -36,7 +36,7 @@ ACTIVATIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """The encoder's dimensions and options, resolved from ``config.model`` by ``builder``."""
+    """The encoder's dimensions and options, resolved from ``config.model`` by ``build``."""
 
     num_layers: int
     hidden_size: int

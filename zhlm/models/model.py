@@ -33,7 +33,7 @@ class Model(nn.Module):
             self.sbo = SpanBoundaryHead(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, deterministic=True):
-        """The sequence output [B,S,H]. The fine-tuning models (``zhlm.finetune.heads``)
+        """The sequence output [B,S,H]. The fine-tuning models (``zhlm.finetune.kinds``)
         subclass this model and call it too, so their encoder is this one by construction."""
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)

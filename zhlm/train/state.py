@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zhlm.models import dummy_inputs
 from zhlm.train import sharding
 
 
@@ -34,13 +33,15 @@ def create_copy(params, tx: optax.GradientTransformation, shardings=None) -> dic
     return copy(params)
 
 
-def boxed_init(model: nn.Module, seq_len: int, tx_factory: Callable) -> Callable:
+def boxed_init(model: nn.Module, inputs: tuple, tx_factory: Callable) -> Callable:
     """``rng -> state`` whose parameters (and so optimizer slots) keep their logical-axis boxes:
-    traced abstractly, it is what :func:`abstract_state` reads; ``tx_factory(params)`` builds the
-    optimizer for that tree (decay masks follow the parameter names)."""
+    traced abstractly, it is what :func:`abstract_state` reads. ``inputs``: the model's example
+    inputs, arrays or ShapeDtypeStructs (zeros of their shapes are built inside the trace, so
+    nothing concrete exists before it); ``tx_factory(params)`` builds the optimizer for that
+    tree (decay masks follow the parameter names)."""
 
     def init(rng):
-        params = model.init(rng, *dummy_inputs(seq_len))["params"]
+        params = model.init(rng, *(jnp.zeros(x.shape, x.dtype) for x in inputs))["params"]
         return create(params, tx_factory(params))
 
     return init

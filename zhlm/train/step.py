@@ -11,6 +11,7 @@ step (each slice masked with its own key), averaging the slices' losses and grad
 ``optax.MultiSteps`` would, without an extra optimizer state.
 """
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 
@@ -19,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zhlm import masking, objectives
-from zhlm.models import Model, build_model, dropout_rngs
-from zhlm.train import optim, sharding, sums
+from zhlm import masking
+from zhlm.models import Model, build_model, dropout_rngs, dummy_inputs
+from zhlm.train import objectives, optim, sharding, sums
 from zhlm.train import state as state_lib
 from zhlm.train.state import abstract_key
 
@@ -39,14 +40,19 @@ class Trainer:
     init_fn: Callable  # rng -> sharded state
     step_fn: Callable  # (state, batch, rng) -> (state, metrics)
     eval_fn: Callable  # (params, batch, rng) -> metrics, without dropout
+    forward_fn: Callable | None = None  # (params, batch) -> outputs, without dropout
+
+    def scope(self):
+        """The mesh and logical-axis rules every call of a jitted function runs under."""
+        return _scope(self.mesh, self.config)
 
     def init(self, rng):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
+        with self.scope():
             return self.init_fn(rng)
 
     def abstract_state(self):
         """ShapeDtypeStructs of the state with their shardings (the target of a restore)."""
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
+        with self.scope():
             shapes = jax.eval_shape(self.init_fn, abstract_key())
         return jax.tree_util.tree_map(
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
@@ -55,16 +61,31 @@ class Trainer:
         )
 
     def step(self, state, batch, rng):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
+        with self.scope():
             return self.step_fn(state, batch, rng)
 
     def evaluate(self, params, batch, rng):
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.rules(self.config)):
+        with self.scope():
             return self.eval_fn(params, batch, rng)
 
+    def forward(self, params, batch):
+        with self.scope():
+            return self.forward_fn(params, batch)
 
-def _loss_fn(model, config, mask_fn, deterministic=False):
-    def loss(params, batch, rng):
+    def state_from(self, params):
+        """Step 0 for ``params`` on a copy placed by the state's shardings, so that the caller
+        keeps ``params`` while the state is donated (fine-tuning's seeds share them)."""
+        return state_lib.create_copy(params, self.tx, self.state_shardings)
+
+
+@contextlib.contextmanager
+def _scope(mesh, config):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules(config)):
+        yield
+
+
+def _loss_fn(model, config, mask_fn):
+    def loss(params, batch, rng, deterministic=False):
         mask_rng, dropout_rng = jax.random.split(rng)
         masked = mask_fn(batch, mask_rng, config)
         span = {k: masked[k] for k in ("span_left", "span_right", "span_offset") if k in masked}
@@ -114,15 +135,34 @@ def make_trainer(config, mesh=None, mask_fn=masking.mask_batch) -> Trainer:
     training; a benchmark passes one that returns fixed masks to time the step without it."""
     mesh = sharding.create_mesh(config) if mesh is None else mesh
     model = build_model(config)
+    return build_trainer(
+        config,
+        mesh,
+        model,
+        jax.eval_shape(lambda: dummy_inputs(config.data.max_seq_length)),
+        _loss_fn(model, config, mask_fn),
+        lambda params: optim.make_optimizer(config.optim, config.train.num_steps, params),
+    )
+
+
+def build_trainer(config, mesh, model, inputs, loss, optimizer, forward=None) -> Trainer:
+    """The machinery pretraining and fine-tuning share: the divisibility checks, the abstract
+    init on ``inputs`` (the model's example inputs), the shardings, the optimizer built for the
+    abstract parameter tree, and the jitted init, ``train_step`` (``fold_in(rng, step)``,
+    micro-batches, ``grad_norm``/``learning_rate``/``tokens``, donation of the state),
+    ``eval_step`` and ``forward``.
+
+    ``loss(params, batch, rng, deterministic=False) -> (scalar, sums)``;
+    ``optimizer(params) -> (tx, schedule)`` (decay masks follow the parameter names);
+    ``forward(params, batch) -> outputs`` (no dropout), or None."""
     sharding.check_divisibility(config, mesh, model.config)
 
     def tx_factory(params):
-        return optim.make_optimizer(config.optim, config.train.num_steps, params)[0]
+        return optimizer(params)[0]
 
-    boxed_init = state_lib.boxed_init(model, config.data.max_seq_length, tx_factory)
+    boxed_init = state_lib.boxed_init(model, inputs, tx_factory)
     abstract, state_shardings = state_lib.abstract_state(boxed_init, mesh, config)
-    tx, schedule = optim.make_optimizer(config.optim, config.train.num_steps, abstract["params"])
-    loss = _loss_fn(model, config, mask_fn)
+    tx, schedule = optimizer(abstract["params"])
 
     def train_step(state, batch, rng):
         step_rng = jax.random.fold_in(rng, state["step"])
@@ -137,10 +177,8 @@ def make_trainer(config, mesh=None, mask_fn=masking.mask_batch) -> Trainer:
         )
         return state_lib.apply_gradients(state, grads, tx), metrics
 
-    eval_loss = _loss_fn(model, config, mask_fn, deterministic=True)
-
     def eval_step(params, batch, rng):
-        return eval_loss(params, batch, rng)[1]
+        return loss(params, batch, rng, True)[1]
 
     batch_sh = sharding.batch_sharding(mesh)
     init_fn = jax.jit(lambda rng: nn.unbox(boxed_init(rng)), out_shardings=state_shardings)
@@ -155,4 +193,9 @@ def make_trainer(config, mesh=None, mask_fn=masking.mask_batch) -> Trainer:
         in_shardings=(state_shardings["params"], batch_sh, sharding.replicated(mesh)),
         out_shardings=sharding.replicated(mesh),
     )
-    return Trainer(config, mesh, model, tx, schedule, state_shardings, init_fn, step_fn, eval_fn)
+    forward_fn = None
+    if forward is not None:
+        forward_fn = jax.jit(forward, in_shardings=(state_shardings["params"], batch_sh))
+    return Trainer(
+        config, mesh, model, tx, schedule, state_shardings, init_fn, step_fn, eval_fn, forward_fn
+    )

@@ -8,13 +8,14 @@ import random
 
 import numpy as np
 import pytest
+from helpers import ROOT
 from seqeval.metrics import sequence_labeling as seqeval
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import ner, ner_features, ner_metric
+from zhlm.finetune import ner_features, ner_metric
+from zhlm.finetune import ner_files as ner
 from zhlm.finetune.ner_features import IGNORE, merge
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MSRA = os.path.join(ROOT, "..", "shared", "data", "msra_ner")
 MSRA_LABELS = ("O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER")
 
@@ -536,10 +537,11 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
 
     import jax
 
-    from zhlm.finetune import diagnose, heads, train
-    from zhlm.train.optim import make_optimizer
+    from zhlm import defaults
+    from zhlm.finetune import batching, diagnose, kinds, pretrained, train
+    from zhlm.models import dummy_inputs
 
-    config = train.get_base_config("tiny")
+    config = defaults.get_finetune_config("tiny")
     config.task.update(kind="ner", labels=MSRA_LABELS, max_seq_length=32)
     config.train.batch_size = 4
     sentences = [
@@ -549,11 +551,11 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     features = ner_features.ner_features(
         [example(text, spans) for text, spans in sentences * 2], tokenizer, MSRA_LABELS, 32, 30
     )
-    model = heads.build_head(config)
-    steps = train._Steps(model, config, lambda p: make_optimizer(config.optim, 10, p)[0])
-    fresh = heads.init_params(model, jax.random.key(1), 32)
-    batch = next(train._batches(features.arrays, 4, np.arange(4)))
-    x = np.asarray(steps.encode(fresh, batch), np.float64)
+    kind = kinds.get("ner")
+    trainer = train.task_trainer(config, kind, 10)
+    fresh = pretrained.init_params(trainer.model, jax.random.key(1), dummy_inputs(32))
+    batch = next(batching.batches(features.arrays, 4, np.arange(4)))
+    x = np.asarray(train.encoder(trainer)(fresh, batch), np.float64)
     assert diagnose.top_direction_share(x, batch) < 0.5
     collapsed = jax.tree_util.tree_map(np.asarray, fresh)
     emb = collapsed["embeddings"]
@@ -563,8 +565,8 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     for name in ("position_embeddings", "token_type_embeddings"):
         emb[name]["embedding"] = np.zeros_like(emb[name]["embedding"])
 
-    encode = functools.partial(steps.encode, collapsed)
-    diagnosis = diagnose.diagnose("ner", features.arrays, batch, encode)
+    encode = functools.partial(train.encoder(trainer), collapsed)
+    diagnosis = diagnose.diagnose(kind.prior(features.arrays), batch, encode)
 
     assert diagnosis["init_top_direction_share"] > diagnose.COLLAPSED_SHARE
     assert "token representations have collapsed" in capsys.readouterr().out

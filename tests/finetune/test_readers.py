@@ -5,15 +5,18 @@ import json
 import os
 
 import pytest
+from helpers import ROOT
 
-from zhlm.finetune import readers as r
+from zhlm.finetune import report as r
 from zhlm.finetune import tasks
+from zhlm.finetune.squad import MrcAnswer, read_squad
+from zhlm.finetune.tables import read_table
 
-DATA = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data"
-)
+DATA = os.path.join(ROOT, "..", "shared", "data")
 BINARY = ("0", "1")
 NLI = ("entailment", "neutral", "contradiction")
+
+OCNLI_FIELDS = ("sentence1", "sentence2")  # the two texts of OCNLI and CLUE pair files
 
 
 def data(*parts):
@@ -22,7 +25,7 @@ def data(*parts):
 
 @pytest.mark.parametrize("split, size", [("train", 9600), ("dev", 1200), ("test", 1200)])
 def test_chnsenticorp(split, size):
-    examples, report = r.read_sentence_tsv(data("chnsenticorp", f"{split}.tsv"), BINARY)
+    examples, report = read_table(data("chnsenticorp", f"{split}.tsv"), "tsv", labels=BINARY)
     assert report.ok and report.records == len(examples) == size
     assert {e.label for e in examples} == set(BINARY)
     # The header row was recognised, so the first record is on line 2.
@@ -31,7 +34,7 @@ def test_chnsenticorp(split, size):
 
 
 def test_lcqmc():
-    examples, report = r.read_pair_tsv(data("lcqmc", "dev.txt"), BINARY)
+    examples, report = read_table(data("lcqmc", "dev.txt"), "tsv", 2, labels=BINARY)
     assert report.ok and len(examples) == 8802
     assert collections.Counter(e.label for e in examples) == {"0": 4400, "1": 4402}
     first = examples[0]
@@ -46,7 +49,7 @@ def test_lcqmc():
     "name, kept, unlabeled", [("dev.json", 2950, 50), ("train.10k.json", 9985, 15)]
 )
 def test_ocnli(name, kept, unlabeled):
-    examples, report = r.read_pair_jsonl(data("ocnli", name), NLI)
+    examples, report = read_table(data("ocnli", name), "jsonl", 2, OCNLI_FIELDS, "label", NLI)
     assert len(examples) == kept and report.counts == {r.NO_GOLD_LABEL: unlabeled}
     assert report.dropped == unlabeled and kept + unlabeled == (
         3000 if name == "dev.json" else 10000
@@ -55,7 +58,9 @@ def test_ocnli(name, kept, unlabeled):
         lines = f.read().splitlines()
     for issue in report.issues:  # each names the line whose label is '-'
         assert json.loads(lines[issue.line - 1])["label"] == "-"
-    everything, report = r.read_pair_jsonl(data("ocnli", name), NLI, require_label=False)
+    everything, report = read_table(
+        data("ocnli", name), "jsonl", 2, OCNLI_FIELDS, "label", NLI, require_label=False
+    )
     assert report.ok and sum(e.label is None for e in everything) == unlabeled
     assert everything[0].guid == str(json.loads(lines[0])["id"])  # OCNLI's own id field
 
@@ -68,7 +73,7 @@ def _check_located(examples):
 
 def test_cmrc2018_dev():
     path = data("cmrc2018", "cmrc2018_dev.json")
-    examples, report = r.read_squad(path)
+    examples, report = read_squad(path)
     assert len(examples) == 3219 and report.dropped == 0
     assert report.counts == {r.ANSWER_NOT_FOUND: 193, r.ANSWER_REPAIRED: 7}
     _check_located(examples)
@@ -76,7 +81,7 @@ def test_cmrc2018_dev():
     assert sum(len(e.answers) for e in examples) == 9657  # unlocated answers are kept too
     first = examples[0]
     assert (first.qid, first.context_id, first.line) == ("DEV_0_QUERY_0", "DEV_0", 11)
-    assert first.answers[0] == r.MrcAnswer("光荣和ω-force", 11)
+    assert first.answers[0] == MrcAnswer("光荣和ω-force", 11)
     # Every issue names the line that shows the offending answer's text.
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
@@ -87,7 +92,7 @@ def test_cmrc2018_dev():
 
 
 def test_cmrc2018_trial():
-    examples, report = r.read_squad(data("cmrc2018", "cmrc2018_trial.json"))
+    examples, report = read_squad(data("cmrc2018", "cmrc2018_trial.json"))
     assert len(examples) == 1002 and report.counts == {r.ANSWER_REPAIRED: 5}
     _check_located(examples)
 
@@ -118,7 +123,7 @@ def test_sentence_tsv_errors(tmp_path):
         "\n"  # blank: not a record
         "0\t还\t有\t制表符\n",  # the text keeps its tabs
     )
-    examples, report = r.read_sentence_tsv(path, BINARY)
+    examples, report = read_table(path, "tsv", labels=BINARY)
     assert [(e.line, e.text) for e in examples] == [(2, "好"), (8, "还\t有\t制表符")]
     assert kinds(report) == [
         (3, r.UNKNOWN_LABEL),
@@ -133,7 +138,7 @@ def test_sentence_tsv_errors(tmp_path):
 
 def test_headerless_classification_tsv(tmp_path):
     path = write(tmp_path, "thucnews.txt", "体育\t姚明复出\n财经\t股市大涨\n天气\t晴\n")
-    examples, report = r.read_sentence_tsv(path, ("体育", "财经"))
+    examples, report = read_table(path, "tsv", 1, (1,), 0, ("体育", "财经"))
     assert [e.label for e in examples] == ["体育", "财经"] and examples[0].line == 1
     assert kinds(report) == [(3, r.UNKNOWN_LABEL)]
 
@@ -149,7 +154,7 @@ def test_pair_tsv_errors(tmp_path):
     )
     invalid_utf8 = b"\xff\xfe\t\xe5\t0\n"
     path = write(tmp_path, "bad.txt", text.encode() + invalid_utf8 + good.encode())
-    examples, report = r.read_pair_tsv(path, BINARY)
+    examples, report = read_table(path, "tsv", 2, labels=BINARY)
     assert [e.line for e in examples] == [1, 7]
     assert kinds(report) == [
         (2, r.MALFORMED_LINE),
@@ -163,7 +168,7 @@ def test_pair_tsv_errors(tmp_path):
 
 def test_pair_tsv_with_header(tmp_path):
     path = write(tmp_path, "xnli.tsv", "premise\thypo\tlabel\n他来了\t有人来了\tentailment\n")
-    examples, report = r.read_pair_tsv(path, NLI)
+    examples, report = read_table(path, "tsv", 2, labels=NLI)
     assert report.ok and examples[0].text_b == "有人来了" and examples[0].line == 2
 
 
@@ -181,7 +186,7 @@ def test_pair_jsonl_errors(tmp_path):
     lines.insert(2, '{"sentence1": "甲", "sentence2": ')  # truncated JSON on line 3
     lines.append(json.dumps(rows[0], ensure_ascii=False))
     path = write(tmp_path, "bad.json", "\n".join(lines) + "\n")
-    examples, report = r.read_pair_jsonl(path, NLI)
+    examples, report = read_table(path, "jsonl", 2, OCNLI_FIELDS, "label", NLI)
     assert [e.line for e in examples] == [1, 9]
     assert kinds(report) == [
         (2, r.MISSING_FIELD),
@@ -195,7 +200,7 @@ def test_pair_jsonl_errors(tmp_path):
     assert "sentence2" in report.issues[0].message
     assert report.issues[1].message == "invalid JSON: Expecting value at column 33"
     path = write(tmp_path, "cut.json", lines[0] + '\n{"sentence1": "甲", "sentence2": "乙\n')
-    _, report = r.read_pair_jsonl(path, NLI)
+    _, report = read_table(path, "jsonl", 2, OCNLI_FIELDS, "label", NLI)
     assert report.issues[0].message == "invalid JSON: Unterminated string starting at column 33"
 
 
@@ -235,13 +240,13 @@ def test_squad_errors(tmp_path):
             {"id": "P2", "context": "上海", "qas": [qa("last", ("上海", 0))]},
         ],
     )
-    examples, report = r.read_squad(path)
+    examples, report = read_squad(path)
     by_id = {e.qid: e for e in examples}
     assert list(by_id) == ["ok", "off_by_one", "nearest", "absent", "none_found", "last"]
-    assert by_id["off_by_one"].answers == (r.MrcAnswer("大学在", 2),)
-    assert by_id["nearest"].answers == (r.MrcAnswer("北京大学", 8),)
-    assert by_id["absent"].answers == (r.MrcAnswer("上海", None), r.MrcAnswer("北京", 0))
-    assert by_id["absent"].located_answers == (r.MrcAnswer("北京", 0),)
+    assert by_id["off_by_one"].answers == (MrcAnswer("大学在", 2),)
+    assert by_id["nearest"].answers == (MrcAnswer("北京大学", 8),)
+    assert by_id["absent"].answers == (MrcAnswer("上海", None), MrcAnswer("北京", 0))
+    assert by_id["absent"].located_answers == (MrcAnswer("北京", 0),)
     assert by_id["none_found"].located_answers == ()
     assert [k for _, k in kinds(report)] == [
         r.ANSWER_REPAIRED,
@@ -259,19 +264,19 @@ def test_squad_errors(tmp_path):
     assert '"大学在"' in lines[report.issues[0].line - 1]
     assert '"empty_ctx"' in lines[report.issues[-1].line - 1]
     # A test set has no answers: keep such questions when asked to.
-    examples, report = r.read_squad(path, require_answers=False)
+    examples, report = read_squad(path, require_answers=False)
     assert "no_answers" in {e.qid for e in examples} and r.NO_ANSWER not in report.counts
 
 
 def test_squad_not_json_or_not_squad(tmp_path):
     path = write(tmp_path, "broken.json", '{\n  "data": [\n    {"paragraphs": [}\n  ]\n}\n')
-    examples, report = r.read_squad(path)
+    examples, report = read_squad(path)
     assert examples == [] and kinds(report) == [(3, r.MALFORMED_LINE)]
     path = write(tmp_path, "latin1.json", '{"data": [\n"caf\xe9"]}'.encode("latin-1"))
-    examples, report = r.read_squad(path)
+    examples, report = read_squad(path)
     assert examples == [] and kinds(report) == [(2, r.MALFORMED_LINE)]
     path = write(tmp_path, "list.json", "[]")
-    examples, report = r.read_squad(path)
+    examples, report = read_squad(path)
     assert examples == [] and kinds(report) == [(1, r.MISSING_FIELD)]
 
 
@@ -293,7 +298,7 @@ NEWS = "中华女子学院：本科层次仅1专业招男生\t3\n两天价网站
 
 def test_headerless_tsv_has_its_label_last_and_labels_are_inferred(tmp_path, capsys):
     path = write(tmp_path, "news.txt", NEWS)
-    examples, report = r.read_table(path, "tsv")
+    examples, report = read_table(path, "tsv")
     assert report.ok and [(e.label, e.line) for e in examples] == [("3", 1), ("10", 2), ("0", 3)]
     assert examples[0].text == "中华女子学院：本科层次仅1专业招男生"
     dev = write(tmp_path, "dev.txt", "新闻\t3\n另一条\t7\n")
@@ -307,7 +312,7 @@ def test_headerless_tsv_has_its_label_last_and_labels_are_inferred(tmp_path, cap
 
 def test_csv_with_a_header_reads_by_name(tmp_path):
     path = write(tmp_path, "senti.csv", 'label,review\n1,很好，下次还来\n0,"差, 很差"\n')
-    examples, report = r.read_table(path, "csv", labels=BINARY)
+    examples, report = read_table(path, "csv", labels=BINARY)
     assert report.ok and [(e.label, e.text, e.line) for e in examples] == [
         ("1", "很好，下次还来", 2),
         ("0", "差, 很差", 3),
@@ -324,7 +329,7 @@ def test_csv_with_bom_quotes_newlines_and_crlf(tmp_path):
         "问,答,1\r\n"
     )
     path = write(tmp_path, "qm.csv", b"\xef\xbb\xbf" + text.encode())
-    examples, report = r.read_table(path, "csv", "pair", labels=BINARY)
+    examples, report = read_table(path, "csv", 2, labels=BINARY)
     assert [(e.text_a, e.text_b, e.line) for e in examples] == [
         ('他说"好"，然后走了', "一句, 带逗号", 2),
         ("两行\r\n的问题", "答", 3),
@@ -336,21 +341,21 @@ def test_csv_with_bom_quotes_newlines_and_crlf(tmp_path):
 
 def test_fields_by_position_and_by_name(tmp_path):
     path = write(tmp_path, "thucnews.txt", "体育\t姚明复出\n财经\t股市\t大涨\n")
-    examples, _ = r.read_table(path, "tsv", text_fields=("1",), label_field="0")
+    examples, _ = read_table(path, "tsv", text_fields=("1",), label_field="0")
     assert [(e.label, e.text) for e in examples] == [("体育", "姚明复出"), ("财经", "股市\t大涨")]
-    assert r.read_table(path, "tsv", label_field="0")[0] == examples  # the text: the next column
-    assert r.read_table(path, "tsv", text_fields=(1,))[0] == examples  # the label: the one left
+    assert read_table(path, "tsv", label_field="0")[0] == examples  # the text: the next column
+    assert read_table(path, "tsv", text_fields=(1,))[0] == examples  # the label: the one left
     named = write(tmp_path, "named.tsv", "id\tq\ta\ty\n7\t问\t答\t1\n")
-    (example,), _ = r.read_table(named, "tsv", "pair", ("q,a",), "y")  # one flag, comma-split
+    (example,), _ = read_table(named, "tsv", 2, ("q,a",), "y")  # one flag, comma-split
     assert (example.guid, example.text_a, example.text_b, example.label) == ("7", "问", "答", "1")
     # Positions say nothing of a header: this one is found by its usual names, "q" is not one.
     path = write(tmp_path, "usual.tsv", "id\tquery1\tquery2\tlabel\n7\t问\t答\t1\n")
-    (example,), _ = r.read_table(path, "tsv", "pair", (1, 2), "3")
+    (example,), _ = read_table(path, "tsv", 2, (1, 2), "3")
     assert (example.text_b, example.line) == ("答", 2)
     with pytest.raises(ValueError, match="no column 'answer'"):
-        r.read_table(named, "tsv", "pair", ("q", "answer"), "y")
+        read_table(named, "tsv", 2, ("q", "answer"), "y")
     with pytest.raises(ValueError, match="reads 2 text"):
-        r.read_table(named, "tsv", "pair", ("q",), "y")
+        read_table(named, "tsv", 2, ("q",), "y")
 
 
 def test_json_lines_json_list_and_parquet(tmp_path):
@@ -375,10 +380,10 @@ def test_json_lines_json_list_and_parquet(tmp_path):
         (listed, "json", (8, 13)),
         (parquet, "parquet", (2, 3)),
     ):
-        examples, report = r.read_table(path, fmt)
+        examples, report = read_table(path, fmt)
         assert [(e.guid, e.text, e.label) for e in examples] == expected, fmt
         assert kinds(report) == [(lines[0], r.EMPTY_TEXT), (lines[1], r.MISSING_FIELD)], fmt
-    examples, report = r.read_table(jsonl, "json")  # JSON lines read as one JSON value
+    examples, report = read_table(jsonl, "json")  # JSON lines read as one JSON value
     assert examples == [] and "format jsonl" in report.issues[0].message
 
 
@@ -410,7 +415,7 @@ def test_a_saved_datasets_folder(tmp_path):
         tasks.read_task(task_config(tmp_path / "xnli", "pair", "datasets", NLI))
 
 
-# --- the layouts of issue 15 read the wrong way: the error says what the file looks like -----
+# --- layouts read the wrong way: the error says what the file looks like ---------------------
 
 
 def test_a_csv_read_as_tsv_names_the_delimiter_and_the_flag(tmp_path):
@@ -516,17 +521,3 @@ def test_task_checks_are_one_line_each(tmp_path):
         tasks.check_task(task_config(tmp_path / "x.json", "mrc", "squad", label_field="y"))
     with pytest.raises(FileNotFoundError, match="x.tsv: no such file"):
         tasks.read_task(task_config(tmp_path / "x.tsv"))
-
-
-@pytest.mark.parametrize(
-    "old, new, path, kind, labels",
-    [
-        ("sentence_tsv", "tsv", ("chnsenticorp", "dev.tsv"), "classification", BINARY),
-        ("pair_tsv", "tsv", ("lcqmc", "dev.txt"), "pair", BINARY),
-        ("pair_jsonl", "jsonl", ("ocnli", "dev.json"), "pair", NLI),
-    ],
-)
-def test_the_shared_data_reads_the_same_under_the_old_and_new_names(old, new, path, kind, labels):
-    before, report = tasks.READERS[old](data(*path), task_config(data(*path), kind, old, labels))
-    after, again = tasks.READERS[new](data(*path), task_config(data(*path), kind, new, labels))
-    assert before == after and report.issues == again.issues and len(after) > 1000

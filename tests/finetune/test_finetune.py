@@ -1,7 +1,6 @@
 """zhlm-finetune: featurization on real CMRC 2018 data, the n-best span search, head parity with
 Hugging Face, each task kind end to end on the shared data, and bad input records reported."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,42 +11,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ROOT, without_opt_level_zero
+from helpers import DATA, ROOT, load_task, without_opt_level_zero
 
+from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import cmrc_metric, heads, mrc, readers, tasks
-from zhlm.finetune.train import finetune, get_base_config, load_finetuned, save_finetuned
+from zhlm.finetune import cmrc_metric, encoding, kinds, pretrained, squad, tables, tasks
+from zhlm.finetune.kinds import mrc
+from zhlm.finetune.kinds.classification import classification_features
+from zhlm.finetune.train import finetune, load_finetuned, save_finetuned
+from zhlm.models import dummy_inputs
 from zhlm.train import checkpoint
 
-DATA = os.path.join(ROOT, "..", "shared", "data")
 CMRC_DEV = os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json")
 TASKS = ("chnsenticorp", "lcqmc", "ocnli", "cmrc2018", "msra_ner")
-
-
-# The task configs name no data path (users pass theirs); these are the files in ../shared/data.
-SHARED_FILES = {
-    "chnsenticorp": ("chnsenticorp/train.tsv", "chnsenticorp/dev.tsv"),
-    "lcqmc": ("lcqmc/dev.txt", ""),  # split by the config's holdout
-    "ocnli": ("ocnli/train.10k.json", "ocnli/dev.json"),
-    "cmrc2018": ("cmrc2018/cmrc2018_dev.json", ""),  # split by the config's holdout
-    "msra_ner": ("msra_ner/train.txt", "msra_ner/dev.txt"),
-}
-
-
-def load_task(name, arg="tiny", shared=True):
-    """``configs/finetune/<name>.py:get_config(arg)``, locked as the command line locks it,
-    with ``task.train_file``/``dev_file`` set to the shared data (``shared=False``: as the
-    file leaves them, empty)."""
-    path = os.path.join(ROOT, "configs", "finetune", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"finetune_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config(arg)
-    if shared:
-        train, dev = (os.path.join(DATA, f) if f else "" for f in SHARED_FILES[name])
-        config.task.update(train_file=train, dev_file=dev)
-    config.lock()
-    return config
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +33,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def cmrc():
-    examples, _ = readers.read_squad(CMRC_DEV)
+    examples, _ = squad.read_squad(CMRC_DEV)
     return examples
 
 
@@ -93,16 +69,16 @@ def test_holdout_splits_are_deterministic_and_keep_passages_whole():
 
 
 def test_truncate_pair_drops_from_the_longer_text_first():
-    assert tasks.truncate_pair(10, 3, 8) == (5, 3)
-    assert tasks.truncate_pair(3, 10, 8) == (3, 5)
-    assert tasks.truncate_pair(6, 6, 8) == (4, 4)
-    assert tasks.truncate_pair(2, 3, 8) == (2, 3)
+    assert encoding.truncate_pair(10, 3, 8) == (5, 3)
+    assert encoding.truncate_pair(3, 10, 8) == (3, 5)
+    assert encoding.truncate_pair(6, 6, 8) == (4, 4)
+    assert encoding.truncate_pair(2, 3, 8) == (2, 3)
 
 
 def test_pair_features_layout(tokenizer):
-    long = readers.PairExample("g0", "今天天气很好", "明天下雨", "1", 1)
-    short = readers.PairExample("g1", "好", "坏", "0", 2)
-    f = tasks.classification_features([long, short], tokenizer, ("0", "1"), 10)
+    long = tables.PairExample("g0", "今天天气很好", "明天下雨", "1", 1)
+    short = tables.PairExample("g1", "好", "坏", "0", 2)
+    f = classification_features([long, short], tokenizer, ("0", "1"), 10)
     tokens = [[tokenizer.id_to_token(i) for i in row] for row in f["input_ids"]]
     # 6 + 4 characters into 10 - 3 = 7 slots: the longer text loses its tail first, then b.
     assert tokens[0] == ["[CLS]", "今", "天", "天", "气", "[SEP]", "明", "天", "下", "[SEP]"]
@@ -170,8 +146,8 @@ def test_windows_cover_the_context_and_answers_map_back(tokenizer, cmrc):
 
 def test_an_answer_straddling_two_windows_is_labelled_where_it_fits(tokenizer):
     context = "甲乙丙丁戊己庚辛壬癸子丑寅卯辰巳午未申酉"  # one token per character
-    answer = readers.MrcAnswer("壬癸子丑", 8)  # tokens 8..11
-    example = readers.MrcExample("q", "问", context, (answer,), "", "c", 1)
+    answer = squad.MrcAnswer("壬癸子丑", 8)  # tokens 8..11
+    example = squad.MrcExample("q", "问", context, (answer,), "", "c", 1)
     # [CLS] 问 [SEP] + 10 context tokens + [SEP]: windows [0,10), [4,14), [8,18), [12,20)
     features = mrc.mrc_features([example], tokenizer, 14, 4, 8)
     assert features.window_start.tolist() == [0, 4, 8, 12]
@@ -211,7 +187,7 @@ def test_best_spans_respect_context_order_and_length():
 
 def test_predict_answers_takes_the_best_window(tokenizer):
     context = "甲乙丙丁戊己庚辛壬癸子丑寅卯辰巳午未申酉"
-    example = readers.MrcExample("q", "问", context, (), "", "c", 1)
+    example = squad.MrcExample("q", "问", context, (), "", "c", 1)
     features = mrc.mrc_features([example], tokenizer, 14, 4, 8)
     start = np.full((4, 14), -5.0)
     end = np.full((4, 14), -5.0)
@@ -262,31 +238,31 @@ def _inputs(batch=3, length=16):
 
 
 def _ours(path, kind, num_labels=2):
-    config = get_base_config()
+    config = defaults.get_finetune_config()
     config.task.kind = kind
     config.task.labels = tuple(str(i) for i in range(num_labels))
     loaded = checkpoint.load(path)
-    heads.adopt_model(config, loaded.config.model)
-    model = heads.build_head(config)
-    fresh = heads.init_params(model, jax.random.key(1), 16)
-    merged, left_fresh = heads.merge(fresh, loaded.with_task_heads(), kind)
+    pretrained.adopt_model(config, loaded.config.model)
+    model = kinds.task_model(config)
+    fresh = pretrained.init_params(model, jax.random.key(1), dummy_inputs(16))
+    merged, left_fresh = pretrained.merge(fresh, loaded.with_task_heads(), kinds.get(kind).head)
     return model, merged, left_fresh
 
 
 def test_fine_tuning_takes_the_architecture_and_keeps_its_own_way_to_run():
-    """The pretrained model's shape comes over; how to run it (heads.RUNTIME_KEYS) stays the
+    """The pretrained model's shape comes over; how to run it (pretrained.RUNTIME_KEYS) stays the
     fine-tuning config's: a model pretrained with TPU flash kernels, bf16 and remat fine-tunes
     with the config's own settings (XLA attention on a CPU)."""
-    pretrained = get_base_config("tiny").model
-    pretrained.update(
+    source = defaults.get_finetune_config("tiny").model
+    source.update(
         num_layers=3, hidden_size=96, dtype="bfloat16", remat="full", attention_impl="flash"
     )
-    pretrained.dropout_rng = "rbg"
-    config = get_base_config("tiny")
-    heads.adopt_model(config, pretrained)
+    source.dropout_rng = "rbg"
+    config = defaults.get_finetune_config("tiny")
+    pretrained.adopt_model(config, source)
     assert (config.model.num_layers, config.model.hidden_size) == (3, 96)
-    for key in heads.RUNTIME_KEYS:
-        assert config.model[key] == get_base_config("tiny").model[key], key
+    for key in pretrained.RUNTIME_KEYS:
+        assert config.model[key] == defaults.get_finetune_config("tiny").model[key], key
     assert config.model.attention_impl == "xla" and config.model.dtype == "float32"
 
 
@@ -296,14 +272,14 @@ def test_a_task_models_encoder_is_the_pretraining_models(kind):
     nothing of the pretraining heads (MLM, NSP/SOP) in the task model."""
     from zhlm.models import abstract_variables, build_model
 
-    config = get_base_config("tiny")
+    config = defaults.get_finetune_config("tiny")
     config.task.kind = kind
     config.model.sentence_head = "sop"
-    task = nn.unbox(abstract_variables(heads.build_head(config)))["params"]
+    task = nn.unbox(abstract_variables(kinds.task_model(config)))["params"]
     pretraining = nn.unbox(abstract_variables(build_model(config)))["params"]
     # Only the sentence classifier reads the pooled [CLS]: the others have no pooler to train.
-    parts = heads.ENCODER_PARTS if kind == "classification" else ("embeddings", "encoder")
-    assert set(task) == {*parts, heads.head_name(kind)}
+    parts = pretrained.ENCODER_PARTS if kind == "classification" else ("embeddings", "encoder")
+    assert set(task) == {*parts, kinds.get(kind).head}
     for part in parts:
         assert jax.tree.structure(task[part]) == jax.tree.structure(pretraining[part])
         for a, b in zip(
@@ -370,9 +346,9 @@ def test_token_classifier_matches_hf_and_exports_back(tmp_path, family):
     print(f"{architecture} logits: max abs difference {error:.2e}")
     assert ours.shape == (3, 16, 7) and error < 1e-4, error
 
-    config = get_base_config()
+    config = defaults.get_finetune_config()
     config.task.update(kind="ner", labels=tags)
-    heads.adopt_model(config, checkpoint.load(path).config.model)
+    pretrained.adopt_model(config, checkpoint.load(path).config.model)
     best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
     model, params, config = load_finetuned(best)
     zhlm.to_hf(model, {"params": params}, config, str(tmp_path / "export"))
@@ -404,7 +380,7 @@ def test_a_fine_tuned_model_exports_to_its_hf_class(tmp_path, kind, architecture
 
     _, path = _hf_folder(tmp_path, architecture, num_labels=3)
     model, params, _ = _ours(path, kind, num_labels=3)
-    config = get_base_config()
+    config = defaults.get_finetune_config()
     config.task.update(kind=kind, labels=("neg", "mid", "pos"))
     config.model.update(hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128, size="custom")
     best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
@@ -506,7 +482,6 @@ def test_lcqmc_pairs_from_a_hf_folder_two_seeds(tmp_path):
 
 def _pretrain_workdir(path):
     """A workdir laid out as zhlm-pretrain leaves it: config.json and an orbax train state."""
-    from zhlm import defaults
     from zhlm.models import build_model, init_variables
     from zhlm.train import resume
 
@@ -596,7 +571,7 @@ def test_msra_ner_from_a_hf_token_classifier_predictions_score_as_reported(tmp_p
     """MSRA-NER end to end: the BIO files, windows shorter than some sentences, the head of a
     BertForTokenClassification folder (random, so it predicts entities from the first step),
     the conlleval F1 in results.json equal to the written predictions scored afresh."""
-    from zhlm.finetune import ner, ner_metric
+    from zhlm.finetune import ner_files, ner_metric
 
     _, path = _hf_folder(tmp_path, "BertForTokenClassification", num_labels=7)
     config = load_task("msra_ner")
@@ -606,8 +581,8 @@ def test_msra_ner_from_a_hf_token_classifier_predictions_score_as_reported(tmp_p
     _quick(config, batch_size=16, epochs=1, max_train_examples=64, max_eval_examples=48)
     results = finetune(config, path, str(tmp_path / "ner"))
     assert results["metric"] == "f1" and results["fresh_parameters"] == []
-    predicted, _ = ner.read_spans_jsonl(results["predictions"])
-    gold, _ = ner.read_tagged(config.task.dev_file)
+    predicted, _ = ner_files.read_spans_jsonl(results["predictions"])
+    gold, _ = ner_files.read_tagged(config.task.dev_file)
     gold = gold[:48]
     assert [p.text for p in predicted] == [g.text for g in gold]
     assert sum(len(ner_metric.entities(p.tags)) for p in predicted) > 0

@@ -10,7 +10,7 @@ Features, windows and merging predictions back are in :mod:`zhlm.finetune.ner_fe
 schemes, conlleval chunks and the metric in :mod:`zhlm.finetune.ner_metric`. This module reads the
 files and writes predictions as JSON lines of entity spans with their text.
 
-``tests/test_ner.py`` checks all of this, and reads the real MSRA files.
+``tests/finetune/test_ner.py`` checks all of this, and reads the real MSRA files.
 """
 
 from __future__ import annotations
@@ -24,12 +24,19 @@ from collections.abc import Iterator, Sequence
 
 from zhlm import paths
 from zhlm.finetune import ner_metric
-from zhlm.finetune.readers import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport
-from zhlm.finetune.report import counted, finish, json_error
+from zhlm.finetune.report import (
+    EMPTY_TEXT,
+    MALFORMED_LINE,
+    MISSING_FIELD,
+    ReadReport,
+    counted,
+    finish,
+    json_error,
+)
 
 Path = str | os.PathLike
 
-# Issue kinds beside readers.py's, the keys of the report's counts.
+# Issue kinds beside zhlm.finetune.report's, the keys of the report's counts.
 UNKNOWN_TAG = "unknown_tag"  # not a tag of the scheme (sentence skipped)
 ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleval way (kept)
 BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)

@@ -13,8 +13,7 @@ import sys
 
 import pytest
 from etils import epath
-from helpers import ROOT
-from test_finetune import DATA, load_task
+from helpers import DATA, ROOT, load_task
 from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
 from zhlm.finetune import tasks

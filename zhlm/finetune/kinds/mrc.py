@@ -8,6 +8,10 @@ span is cut straight out of the original text, whatever the tokenizer normalised
 that share a token, the one giving it the most context on both sides is the only one whose spans
 may start there (BERT's "max context"). Scored with the official CMRC 2018 metric
 (:mod:`zhlm.finetune.cmrc_metric`).
+
+The model is ``BertForQuestionAnswering``'s (a Dense(2) on every token, no dropout) and the loss
+the mean of the start and end cross-entropies over the real tokens. Training keeps only the
+questions whose answer was located in the context; a holdout keeps each passage on one side.
 """
 
 from __future__ import annotations
@@ -15,10 +19,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from zhlm.finetune import cmrc_metric, readers
-from zhlm.finetune.tasks import doc_windows, max_context_window, special_ids
+from zhlm.convert import layout
+from zhlm.finetune import cmrc_metric, squad
+from zhlm.finetune.encoding import doc_windows, max_context_window, special_ids
+from zhlm.finetune.kinds.base import TaskKind
+from zhlm.models import Model
+from zhlm.models.layers import dense
+from zhlm.workdir import EVAL_SET, PREDICTIONS
 
 
 @dataclasses.dataclass
@@ -42,7 +53,7 @@ def answer_token_span(starts: np.ndarray, ends: np.ndarray, char_start: int, len
 
 
 def mrc_features(
-    examples: Sequence[readers.MrcExample],
+    examples: Sequence[squad.MrcExample],
     tokenizer,
     max_seq_length: int,
     doc_stride: int,
@@ -158,7 +169,7 @@ def _top(logits: np.ndarray, n: int) -> np.ndarray:
 
 def best_answers(
     features: MrcFeatures,
-    examples: Sequence[readers.MrcExample],
+    examples: Sequence[squad.MrcExample],
     start_logits: np.ndarray,
     end_logits: np.ndarray,
     n_best_size: int,
@@ -195,7 +206,111 @@ def predict_answers(*args) -> dict[str, str]:
     return {qid: text for qid, (text, _) in best_answers(*args).items()}
 
 
-def mrc_score(examples: Sequence[readers.MrcExample], predictions: dict) -> cmrc_metric.CmrcScore:
+def mrc_score(examples: Sequence[squad.MrcExample], predictions: dict) -> cmrc_metric.CmrcScore:
     """The official CMRC 2018 F1/EM of ``predictions`` against every answer of ``examples``."""
     references = [(e.qid, [a.text for a in e.answers]) for e in examples]
     return cmrc_metric.evaluate(references, predictions)
+
+
+# -------------------------------------------------------------------------------- the kind
+
+
+class SpanExtractor(Model):
+    """``{"start_logits", "end_logits"}`` [B,S] for span-extraction MRC. Raw scores: padding and
+    question tokens are excluded by the loss and by the span search, not here."""
+
+    def setup(self):
+        super().setup()
+        self.qa_outputs = dense(self.config, 2, ("embed", "norm"), None)
+
+    def __call__(self, input_ids, token_type_ids, attention_mask, deterministic=True):
+        x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
+        logits = self.qa_outputs(x).astype(jnp.float32)
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mrc(TaskKind):
+    name: str = "mrc"
+    formats: tuple[str, ...] = ("squad",)
+    metric: str = "f1"
+    head: str = layout.QA_OUTPUTS
+    hf_class: str = "ForQuestionAnswering"
+
+    def read(self, path, task, require_label=True):
+        return squad.read_squad(path, require_answers=require_label)
+
+    def describe_formats(self):
+        return "format squad (SQuAD v1 JSON: data, paragraphs, qas)"
+
+    def group(self, example):
+        return _passage(example)
+
+    def for_training(self, examples):
+        return [e for e in examples if e.located_answers]  # nothing to learn from the others
+
+    def featurize(self, examples, tokenizer, task, training):
+        args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
+        return mrc_features(examples, *args)
+
+    def model(self, cfg, task):
+        return SpanExtractor(cfg)
+
+    def loss(self, outputs, batch):
+        """Mean of the start and end cross-entropies over the real tokens of each window."""
+        real = batch["attention_mask"] > 0
+
+        def cross_entropy(logits, target):
+            logits = jnp.where(real, logits, -1e9)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, target)
+
+        start = cross_entropy(outputs["start_logits"], batch["start_position"])
+        loss = (start + cross_entropy(outputs["end_logits"], batch["end_position"])) / 2
+        return loss, jnp.ones_like(loss)
+
+    def decode(self, features, outputs, examples, task):
+        """``{qid: (answer, score)}`` (see :func:`best_answers`)."""
+        return best_answers(
+            features, examples, outputs["start_logits"], outputs["end_logits"],
+            task.n_best_size, task.max_answer_length,
+        )  # fmt: skip
+
+    def score(self, features, examples, predictions):
+        score = mrc_score(examples, _texts(predictions))
+        return {"f1": score.f1, "em": score.em, "average": score.average}
+
+    def records(self, examples, predictions, task):
+        return [
+            dict(id=qid, answer=text, **({"score": score} if text else {}))
+            for qid, (text, score) in predictions.items()
+        ]
+
+    def write_dev(self, root, examples, predictions):
+        from zhlm.finetune.tasks import write_json  # here: tasks imports the registry
+
+        written = {"predictions": str(root / PREDICTIONS), "eval_set": str(root / EVAL_SET)}
+        write_json(written["predictions"], _texts(predictions))
+        write_json(written["eval_set"], squad_json(examples))
+        return written
+
+
+def _texts(answers: dict) -> dict[str, str]:
+    return {qid: text for qid, (text, _) in answers.items()}
+
+
+def _passage(example: squad.MrcExample):
+    return (example.title, example.context_id, example.context)
+
+
+def squad_json(examples: Sequence[squad.MrcExample]) -> dict:
+    """SQuAD v1 layout of ``examples`` (one paragraph per passage), the dataset file that
+    ``zhlm-cmrc-eval`` scores a predictions file against."""
+    paragraphs: dict = {}
+    for e in examples:
+        para = paragraphs.setdefault(_passage(e), {"id": e.context_id, "context": e.context})
+        answers = [
+            {"text": a.text, "answer_start": -1 if a.start is None else a.start} for a in e.answers
+        ]
+        para.setdefault("qas", []).append({"id": e.qid, "question": e.question, "answers": answers})
+    data = [{"title": key[0], "paragraphs": [para]} for key, para in paragraphs.items()]
+    return {"version": "v1.0", "data": data}

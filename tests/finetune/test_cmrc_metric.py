@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ROOT
 
 from zhlm.cli import cmrc_eval
 from zhlm.finetune import cmrc_metric as m
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEV = os.path.join(REPO, "..", "shared", "data", "cmrc2018", "cmrc2018_dev.json")
+DEV = os.path.join(ROOT, "..", "shared", "data", "cmrc2018", "cmrc2018_dev.json")
 
 # What NLTK 3.9.1's word_tokenize(text, preserve_line=True) returns (recorded from NLTK itself).
 NLTK_TOKENS = {
@@ -287,7 +287,7 @@ def test_cli_as_a_module(tmp_path):
     data, pred = tmp_path / "d.json", tmp_path / "p.json"
     data.write_text(json.dumps(ORIGINAL, ensure_ascii=False), "utf-8")
     pred.write_text(json.dumps({"Q0": "北大", "Q1": "北京", "Q2": "在北京"}), "utf-8")
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(
         [sys.executable, "-m", "zhlm.cli.cmrc_eval", str(data), str(pred)],
         capture_output=True,

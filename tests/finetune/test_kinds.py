@@ -1,0 +1,120 @@
+"""The contract every registered task kind keeps, run for each: read a small sample of its
+data, featurize, two train steps through ``task_trainer``, a forward pass, decode, score (with
+the kind's metric), ``zhlm-predict``'s records (one per example, each with its ``id``), and the
+Hugging Face export of its class (``Bert`` + ``kind.hf_class``) giving the same outputs."""
+
+import functools
+import itertools
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from helpers import ROOT
+
+import zhlm
+from zhlm import defaults
+from zhlm.data.tokenizer import WordPiece, default_vocab
+from zhlm.finetune import batching, kinds, predict, pretrained, tasks
+from zhlm.finetune import train as train_lib
+
+DATA = os.path.join(ROOT, "..", "shared", "data")
+
+
+def _lines(name, first, n):
+    def write(tmp_path):
+        with open(os.path.join(DATA, name), encoding="utf-8") as f:
+            lines = f.read().splitlines()[first : first + n]
+        path = tmp_path / os.path.basename(name)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write
+
+
+def _cmrc(tmp_path):
+    with open(os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    path = tmp_path / "cmrc.json"
+    path.write_text(json.dumps(dict(data, data=data["data"][:4]), ensure_ascii=False))
+    return path
+
+
+def _msra(tmp_path):
+    with open(os.path.join(DATA, "msra_ner", "dev.txt"), encoding="utf-8") as f:
+        sentences = f.read().split("\n\n")[:24]
+    path = tmp_path / "ner.txt"
+    path.write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    return path
+
+
+# kind -> (format, writer(tmp_path) -> path, task overrides): one sample per registered kind.
+SAMPLES = {
+    "classification": ("tsv", _lines("chnsenticorp/dev.tsv", 0, 25), {}),  # header + 24
+    "pair": ("tsv", _lines("lcqmc/dev.txt", 0, 24), {}),
+    "mrc": ("squad", _cmrc, dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
+    "ner": ("tagged", _msra, dict(max_seq_length=32, doc_stride=16)),
+}
+# Hugging Face's output names of each of zhlm's task model outputs.
+HF_OUTPUTS = ("logits", "start_logits", "end_logits")
+
+
+def test_every_registered_kind_has_a_sample():
+    assert set(SAMPLES) == set(kinds.KINDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(kinds.KINDS))
+def test_kind_contract(name, tmp_path):
+    torch = pytest.importorskip("torch")
+    import transformers
+
+    fmt, write, overrides = SAMPLES[name]
+    path = str(write(tmp_path))
+    config = defaults.get_finetune_config("tiny")
+    config.task.update(dict(kind=name, format=fmt, train_file=path, dev_file=path, **overrides))
+    config.task.max_seq_length = overrides.get("max_seq_length", 32)
+    config.train.update(batch_size=8, log_every=0)
+    task, kind = config.task, kinds.get(name)
+    train, evaluation, _ = tasks.read_task(task)
+    assert train and evaluation
+    tokenizer = WordPiece(default_vocab())
+    features = kind.featurize(kind.for_training(train), tokenizer, task, training=True)
+    trainer = train_lib.task_trainer(config, kind, num_steps=2)
+    key = jax.random.key(0)
+    params = pretrained.init_params(trainer.model, key, kind.example_inputs(task))
+    assert kind.head in params
+    state = trainer.state_from(params)
+    rows = np.arange(len(features.arrays["input_ids"]))
+    for batch in itertools.islice(batching.batches(features.arrays, 8, rows), 2):
+        state, metrics = trainer.step(state, batch, key)
+        assert np.isfinite(float(metrics[f"{train_lib.LOSS}_loss_sum"]))
+    evaluated = kind.featurize(evaluation, tokenizer, task, training=False)
+    forward = functools.partial(trainer.forward, state["params"])
+    outputs = batching.run(forward, evaluated.arrays, 8)
+    predictions = kind.decode(evaluated, outputs, evaluation, task)
+    assert kind.metric in kind.score(evaluated, evaluation, predictions)
+
+    best = train_lib.save_finetuned(tmp_path / "best", jax.device_get(state["params"]), config)
+    model, saved_params, saved = train_lib.load_finetuned(best)
+    apply = jax.jit(lambda p, b: model.apply({"params": p}, *_inputs(b)))
+    run = functools.partial(apply, saved_params)
+    lines = predict._records(saved.task, evaluation, tokenizer, run, saved)
+    records = [json.loads(line) for line in lines]
+    assert len(records) == len(evaluation) and all("id" in r for r in records)
+
+    zhlm.to_hf(model, {"params": saved_params}, saved, str(tmp_path / "hf"))
+    hf = getattr(transformers, "Bert" + kind.hf_class).from_pretrained(str(tmp_path / "hf"))
+    batch = {k: v[:4] for k, v in evaluated.arrays.items()}
+    ours = jax.device_get(model.apply({"params": saved_params}, *_inputs(batch)))
+    with torch.no_grad():
+        ids, types, mask = (torch.tensor(np.asarray(x, np.int64)) for x in _inputs(batch))
+        theirs = hf.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    assert set(ours) <= set(HF_OUTPUTS)
+    for out in ours:
+        np.testing.assert_allclose(ours[out], theirs[out].numpy(), atol=1e-4, rtol=1e-4)
+
+
+def _inputs(batch):
+    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]

@@ -1,0 +1,160 @@
+"""Sentence and sentence-pair classification: one label per example from the pooled [CLS].
+
+``[CLS] text [SEP]``, or for a pair ``[CLS] a [SEP] b [SEP]`` with segment ids 0/1, the longer
+text losing its last token first until the pair fits (BERT's ``_truncate_seq_pair``). One class
+serves both: a pair differs only in reading two texts (``texts=2``), so it is registered twice
+(``classification`` and ``pair``) with the same head, loss, metric and export.
+
+Labels: an empty ``task.labels`` becomes the training file's labels (numbers in numeric order,
+else sorted), written back into ``task`` so that the head, the metrics and the saved config see
+one order; evaluation labels outside it are reported as ``unknown_label``.
+
+The numerics are ``BertForSequenceClassification``'s (dropout on the pooled output, a Dense,
+cross-entropy), which the Hugging Face parity tests check.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from zhlm.convert import layout
+from zhlm.finetune import sniff, tables
+from zhlm.finetune.encoding import special_ids, truncate_pair
+from zhlm.finetune.kinds.base import Features, TaskKind, entropy, label_config
+from zhlm.models import Model
+from zhlm.models.layers import dense
+
+
+class SequenceClassifier(Model):
+    """``{"logits": [B, num_labels]}`` from the pooled [CLS] state (sentence or pair tasks)."""
+
+    num_labels: int = 2
+
+    def setup(self):
+        super().setup()
+        self.dropout = nn.Dropout(self.config.dropout_rate)
+        self.classifier = dense(self.config, self.num_labels, ("embed", "norm"), None)
+
+    def __call__(self, input_ids, token_type_ids, attention_mask, deterministic=True):
+        x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
+        pooled = self.dropout(self.pooler(x), deterministic)
+        return {"logits": self.classifier(pooled).astype(jnp.float32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification(TaskKind):
+    texts: int = 1  # texts per example: 1 sentence, 2 a pair
+    formats: tuple[str, ...] = tables.FORMATS
+    metric: str = "accuracy"
+    head: str = layout.CLASSIFIER
+    hf_class: str = "ForSequenceClassification"
+
+    def read(self, path, task, require_label=True):
+        return tables.read_table(path, task.format, self.texts, *_fields(task, require_label))
+
+    def stream(self, path, task, require_label=True):
+        return tables.iter_table(path, task.format, self.texts, *_fields(task, require_label))
+
+    def unreadable(self, path, task):
+        return sniff.describe(path, self.texts)
+
+    def resolve(self, task, train):
+        counts = collections.Counter(e.label for e in train)
+        given = bool(task.labels)
+        if not given:
+            found = sorted(counts, key=_label_order)
+            if len(train) >= 10 and len(found) > len(train) / 2:
+                looks = sniff.describe(task.train_file, self.texts)
+                raise ValueError(
+                    f"{task.train_file}: {len(found)} distinct labels in {len(train)} records: "
+                    "is the label column where it was looked for? (config.task.labels takes "
+                    f"them as they are) The file looks like: {looks}"
+                )
+            task.labels = tuple(found)
+        shown = ", ".join(f"{label} ({counts[label]})" for label in task.labels)
+        how = "config.task.labels" if given else "inferred, in this order"
+        print(f"zhlm-finetune: labels of {task.train_file} ({how}): {shown}", flush=True)
+
+    def featurize(self, examples, tokenizer, task, training):
+        arrays = classification_features(examples, tokenizer, task.labels, task.max_seq_length)
+        return Features(arrays)
+
+    def model(self, cfg, task):
+        return SequenceClassifier(cfg, len(task.labels))
+
+    def loss(self, outputs, batch):
+        ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["label"])
+        return ce, jnp.ones_like(ce)
+
+    def decode(self, features, outputs, examples, task):
+        return outputs["logits"]
+
+    def score(self, features, examples, predictions):
+        labels = features.arrays["label"]
+        accuracy = float(np.mean(np.argmax(predictions, -1) == labels)) if len(labels) else 0.0
+        return {"accuracy": 100 * accuracy}
+
+    def prior(self, arrays):
+        return entropy(arrays["label"])
+
+    def baseline(self, arrays, task):
+        counts = np.bincount(arrays["label"], minlength=len(task.labels))
+        return {"majority_rate": 100 * float(counts.max() / counts.sum())}
+
+    def records(self, examples, predictions, task):
+        probs = np.asarray(jax.nn.softmax(predictions, -1))
+        return [
+            dict(
+                id=e.guid,
+                label=task.labels[int(np.argmax(p))],
+                probabilities={label: float(q) for label, q in zip(task.labels, p, strict=True)},
+            )
+            for e, p in zip(examples, probs, strict=True)
+        ]
+
+    def hf_config(self, task):
+        return label_config(task.labels)
+
+
+def _label_order(label: str):
+    return (0, int(label), "") if label.lstrip("-").isdigit() else (1, 0, label)
+
+
+def classification_features(examples, tokenizer, labels: Sequence[str], max_seq_length: int):
+    """``input_ids, token_type_ids, attention_mask`` [N,S] and ``label`` [N] for sentence or
+    pair examples (a pair has ``text_b``); label ids follow the order of ``labels``."""
+    cls, sep, pad = special_ids(tokenizer)
+    pair = bool(examples) and hasattr(examples[0], "text_b")
+    encoded_a = tokenizer.encode_batch([e.text_a if pair else e.text for e in examples])
+    encoded_b = tokenizer.encode_batch([e.text_b for e in examples]) if pair else None
+    n = len(examples)
+    ids = np.full((n, max_seq_length), pad, np.int32)
+    types = np.zeros((n, max_seq_length), np.int32)
+    mask = np.zeros((n, max_seq_length), np.int32)
+    label_index = {label: i for i, label in enumerate(labels)}
+    for row, a in enumerate(encoded_a):
+        if pair:
+            b = encoded_b[row].ids
+            len_a, len_b = truncate_pair(len(a.ids), len(b), max_seq_length - 3)
+            tokens = [cls, *a.ids[:len_a], sep, *b[:len_b], sep]
+            types[row, len_a + 2 : len(tokens)] = 1
+        else:
+            tokens = [cls, *a.ids[: max_seq_length - 2], sep]
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+    # No label (inputs to predict): -1, which no loss or metric ever reads.
+    label = np.array([-1 if e.label is None else label_index[e.label] for e in examples], np.int32)
+    return dict(input_ids=ids, token_type_ids=types, attention_mask=mask, label=label)
+
+
+def _fields(task, require_label):
+    """``iter_table``'s arguments after ``texts``: the fields, the labels (empty: any)."""
+    return task.text_fields, task.label_field, list(task.labels) or None, require_label

@@ -1,0 +1,56 @@
+"""How pretrained parameters fill a task model.
+
+Every task model subclasses ``zhlm.models.Model`` and calls its ``encode`` and ``pooler``: the
+embeddings, encoder and pooler are the pretraining model's modules under the same names, so a
+pretrained tree drops in by construction. The head (named by the kind, as in Hugging Face) is
+fresh unless the init has one of the right shape.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import flax.traverse_util as traverse
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+# The parts of a pretrained tree a task model reuses.
+ENCODER_PARTS = ("embeddings", "encoder", "pooler")
+# Model keys that describe how to run, not what was trained: the fine-tuning config keeps its own.
+RUNTIME_KEYS = ("dtype", "param_dtype", "remat", "dropout_rng", "attention_impl")
+
+
+def init_params(model: nn.Module, rng, inputs):
+    """Fresh, unboxed parameters of a task model for example ``inputs`` (arrays or shapes)."""
+    zeros = [jnp.zeros(x.shape, x.dtype) for x in inputs]
+    return nn.unbox(jax.jit(model.init)(rng, *zeros))["params"]
+
+
+def adopt_model(config: ml_collections.ConfigDict, pretrained_model) -> None:
+    """Sets ``config.model`` to the pretrained model's architecture, keeping the fine-tuning
+    config's :data:`RUNTIME_KEYS` (compute dtype, rematerialisation, dropout's PRNG, attention
+    kernels)."""
+    for key, value in pretrained_model.items():
+        if key not in RUNTIME_KEYS:
+            config.model[key] = value
+
+
+def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:
+    """``fresh`` with the :data:`ENCODER_PARTS` (and the task ``head``, if the init has one of
+    the right shape) replaced by ``pretrained``; returns the tree and the names left fresh. Any
+    shape difference inside the encoder is an error naming the parameter."""
+    out = dict(fresh)
+    for part in (*ENCODER_PARTS, head):
+        if part not in fresh or part not in pretrained:
+            continue
+        new, old = traverse.flatten_dict(fresh[part]), traverse.flatten_dict(pretrained[part])
+        mismatch = [
+            "/".join((part, *k)) for k in new if k not in old or old[k].shape != new[k].shape
+        ]
+        if part == head and mismatch:
+            continue  # e.g. a classifier for another label set: train a fresh one
+        if mismatch:
+            raise ValueError(f"pretrained parameters do not fit the model: {', '.join(mismatch)}")
+        out[part] = traverse.unflatten_dict({k: jnp.asarray(old[k], new[k].dtype) for k in new})
+    left_fresh = [part for part in out if out[part] is fresh[part]]
+    return out, left_fresh
