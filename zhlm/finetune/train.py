@@ -227,14 +227,15 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
     order_rng = np.random.RandomState(seed)
     best, history = None, []
     for epoch in range(1, train.epochs + 1):
-        epoch_sums = None
+        epoch_sums, began = None, time.monotonic()
         order = order_rng.permutation(data.num_train)
         for i, batch in enumerate(batching.batches(data.train, train.batch_size, order), 1):
             state, metrics = trainer.step(state, batch, dropout_key)
             epoch_sums = sums.add(epoch_sums, metrics)
             if train.log_every and i % train.log_every == 0:
                 print(f"  seed {seed} epoch {epoch} step {i}: loss {_mean(epoch_sums):.4f}")
-        record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}
+        record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}  # fetched: the epoch is done
+        speed = _throughput(data, train.batch_size, time.monotonic() - began)
         if train.eval_every_epoch or epoch == train.epochs:
             scores, predictions = _evaluate(state["params"], config, kind, data, trainer)
             record.update(scores)
@@ -242,10 +243,30 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
                 params_host = jax.device_get(state["params"])
                 best = dict(scores=scores, epoch=epoch, params=params_host, preds=predictions)
         history.append(record)
-        writer.write(epoch, f"seed{seed}", {k: v for k, v in record.items() if k != "epoch"})
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if k != "epoch")
+        scalars = {k: v for k, v in record.items() if k != "epoch"}
+        writer.write(epoch, f"seed{seed}", {**scalars, **speed})
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in scalars.items())
+        shown += (
+            f" ({speed['examples_per_second']:.0f} examples/s, real tokens "
+            f"{speed['real_token_fraction']:.0%} of those computed)"
+        )
         print(f"zhlm-finetune: seed {seed} epoch {epoch}/{train.epochs}: {shown}", flush=True)
     return dict(seed=seed, history=history, fresh=left_fresh, **best)
+
+
+def _throughput(data, batch_size: int, seconds: float) -> dict:
+    """An epoch's training speed (first epoch: compilation included) for ``metrics.jsonl``:
+    examples and real tokens per second, and the share of the computed positions (padded rows
+    and batches included) that are real tokens."""
+    mask = data.train["attention_mask"]
+    rows = len(mask)
+    real = int(np.sum(mask))
+    computed = -(-rows // batch_size) * batch_size * (mask.size // rows)
+    return dict(
+        examples_per_second=data.num_train_examples / seconds,
+        tokens_per_second=real / seconds,
+        real_token_fraction=real / computed,
+    )
 
 
 def _mean(epoch_sums) -> float:
