@@ -147,7 +147,10 @@ def _tag_ids(example, word_start, label_index, unknown_tags, ignored) -> np.ndar
     tags = [example.tags[c] for c in word_start]
     unknown = sorted(set(tags) - label_index.keys())
     if unknown and unknown_tags == "raise":
-        raise ValueError(f"{example.guid}: tags {unknown} are not in the labels")
+        raise ValueError(
+            f"{example.guid}: tags {unknown} are not in config.task.labels; pass "
+            "--config.task.labels='()' to take the training file's own entity types"
+        )
     ignored.update(t for t in tags if t not in label_index)
     return np.array([label_index.get(t, IGNORE) for t in tags], np.int32)
 

@@ -39,6 +39,7 @@ Path = str | os.PathLike
 # Issue kinds beside zhlm.finetune.report's, the keys of the report's counts.
 UNKNOWN_TAG = "unknown_tag"  # not a tag of the scheme (sentence skipped)
 ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleval way (kept)
+WORD_POSITION = "word_position_digit"  # Weibo's 字0: the digit dropped (sentence kept)
 BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)
 SPAN_TEXT_MISMATCH = "span_text_mismatch"  # the offsets cut out other text (span kept)
 OVERLAPPING_SPAN = "overlapping_span"  # overlaps an earlier span (span ignored)
@@ -155,6 +156,10 @@ def _checked_sentence(rows: list[str], first: int, report: ReadReport):
         rows, first = rows[1:], first + 1  # and at its start
     if len(rows) == 1 and rows[0].startswith("-DOCSTART-"):
         return
+    positions = sum(1 for text in rows if _WORD_POSITION.match(text))
+    if positions:
+        message = f"characters with a word-position digit (Weibo NER's 字0): {positions}, dropped"
+        report.add(WORD_POSITION, first, message, dropped=False)
     chars, tags, bad = [], [], []
     for number, text in enumerate(rows, start=first):
         char, tag, problem = _parse_line(text)
@@ -172,6 +177,10 @@ def _checked_sentence(rows: list[str], first: int, report: ReadReport):
     report.add(kind, number, message + ": sentence skipped")
 
 
+# Weibo NER writes each character with its place in its word: "科0<TAB>O".
+_WORD_POSITION = re.compile(r"[^\t\s]\d[\t ]")
+
+
 def _parse_line(text: str) -> tuple[str, str, tuple[str, str] | None]:
     """``(char, tag, None)`` of one line, or ``(.., .., (kind, message))`` saying what is wrong.
     Space around the tag is allowed; the character may itself be a space (``" \tO"``, or
@@ -186,6 +195,8 @@ def _parse_line(text: str) -> tuple[str, str, tuple[str, str] | None]:
     if len(fields) != 2:
         return "", "", (MALFORMED_LINE, f"{len(fields)} fields, expected char and tag")
     char, tag = fields[0], fields[1].strip()
+    if _WORD_POSITION.match(text):
+        char = char[0]
     if len(char) != 1:
         return "", "", (MALFORMED_LINE, f"token {char!r} is not one character")
     try:
