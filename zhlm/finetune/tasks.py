@@ -106,9 +106,12 @@ def read_task(task):
     kind.resolve(task, train)
     if task.holdout == 0:
         evaluation, dev_report = read_file(task, task.dev_file)
-        return train, evaluation, [report, dev_report]
-    train, evaluation = holdout_split(train, task.holdout, key=kind.group)
-    return train, evaluation, [report]
+        reports = [report, dev_report]
+    else:
+        train, evaluation = holdout_split(train, task.holdout, key=kind.group)
+        reports = [report]
+    kind.check_split(task, train, evaluation)
+    return train, evaluation, reports
 
 
 def holdout_split(examples: Sequence, holdout: float, key: Callable | None = None):

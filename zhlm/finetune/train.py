@@ -106,6 +106,14 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
         f"mean {results['mean']:.2f} over {len(runs)} seed(s); {root / layout.RESULTS}",
         flush=True,
     )
+    if results.get("at_majority_rate"):
+        print(
+            "zhlm-finetune: warning: no seed beat the majority class "
+            f"({results['majority_rate']:.2f}% of the dev set): the model learned nothing "
+            "usable; try a higher "
+            "--config.optim.peak_lr, more epochs, or a pretrained --init",
+            flush=True,
+        )
     return results
 
 
@@ -245,7 +253,7 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
         history.append(record)
         scalars = {k: v for k, v in record.items() if k != "epoch"}
         writer.write(epoch, f"seed{seed}", {**scalars, **speed})
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in scalars.items())
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in scalars.items() if "/" not in k)
         shown += (
             f" ({speed['examples_per_second']:.0f} examples/s, real tokens "
             f"{speed['real_token_fraction']:.0%} of those computed)"
@@ -306,6 +314,8 @@ def _summary(config, kind, init, init_from, data, runs) -> dict:
         fresh_parameters=runs[top]["fresh"],
     )
     results.update(kind.baseline(data.eval.arrays, config.task))
+    if "majority_rate" in results and results["max"] <= results["majority_rate"]:
+        results["at_majority_rate"] = True  # no seed beat predicting the commonest class
     return results
 
 

@@ -61,6 +61,10 @@ class TaskKind:
     def resolve(self, task, train) -> None:
         """Settles what the training file decides (labels), writes it into ``task``."""
 
+    def check_split(self, task, train, evaluation) -> None:
+        """Fails, saying why, when the training examples (after a holdout split) cannot
+        train this kind."""
+
     def group(self, example):
         """The holdout unit: examples sharing a key stay on one side (None: the record)."""
         return None

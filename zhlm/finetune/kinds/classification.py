@@ -49,6 +49,11 @@ class SequenceClassifier(Model):
         return {"logits": self.classifier(pooled).astype(jnp.float32)}
 
 
+@dataclasses.dataclass
+class LabelledFeatures(Features):
+    labels: tuple[str, ...]  # the label of each class id, for per-class scores
+
+
 @dataclasses.dataclass(frozen=True)
 class Classification(TaskKind):
     texts: int = 1  # texts per example: 1 sentence, 2 a pair
@@ -82,10 +87,28 @@ class Classification(TaskKind):
         shown = ", ".join(f"{label} ({counts[label]})" for label in task.labels)
         how = "config.task.labels" if given else "inferred, in this order"
         print(f"zhlm-finetune: labels of {task.train_file} ({how}): {shown}", flush=True)
+        if not given:
+            _warn_rare(task.train_file, train, counts)
+
+    def check_split(self, task, train, evaluation):
+        present = collections.Counter(e.label for e in train)
+        if len(present) < 2:
+            (label,) = present or [None]
+            split = (
+                f" after config.task.holdout={task.holdout} took the file's last part (a file "
+                "sorted by label loses classes)"
+                if task.holdout
+                else ""
+            )
+            raise ValueError(
+                f"{task.train_file}: every training record has label {label!r}{split}; a "
+                "classifier needs two classes or more: check the label column "
+                "(config.task.label_field) and the split"
+            )
 
     def featurize(self, examples, tokenizer, task, training):
         arrays = classification_features(examples, tokenizer, task.labels, task.max_seq_length)
-        return Features(arrays)
+        return LabelledFeatures(arrays, tuple(task.labels))
 
     def model(self, cfg, task):
         return SequenceClassifier(cfg, len(task.labels))
@@ -98,9 +121,22 @@ class Classification(TaskKind):
         return outputs["logits"]
 
     def score(self, features, examples, predictions):
-        labels = features.arrays["label"]
-        accuracy = float(np.mean(np.argmax(predictions, -1) == labels)) if len(labels) else 0.0
-        return {"accuracy": 100 * accuracy}
+        """Accuracy, macro-F1 and each class's precision, recall and F1 (``f1/<label>``...),
+        in percent; a class never predicted nor present counts 0 in the macro mean."""
+        gold, guess = features.arrays["label"], np.argmax(predictions, -1)
+        scores = {"accuracy": 100 * float(np.mean(guess == gold)) if len(gold) else 0.0}
+        f1s = []
+        for i in range(predictions.shape[-1]):
+            hit = float(np.sum((guess == i) & (gold == i)))
+            precision = hit / max(float(np.sum(guess == i)), 1.0)
+            recall = hit / max(float(np.sum(gold == i)), 1.0)
+            f1 = 2 * precision * recall / (precision + recall) if hit else 0.0
+            f1s.append(f1)
+            name = features.labels[i]
+            scores.update({f"precision/{name}": 100 * precision, f"recall/{name}": 100 * recall})
+            scores[f"f1/{name}"] = 100 * f1
+        scores["macro_f1"] = 100 * float(np.mean(f1s))
+        return scores
 
     def prior(self, arrays):
         return entropy(arrays["label"])
@@ -158,3 +194,19 @@ def classification_features(examples, tokenizer, labels: Sequence[str], max_seq_
 def _fields(task, require_label):
     """``iter_table``'s arguments after ``texts``: the fields, the labels (empty: any)."""
     return task.text_fields, task.label_field, list(task.labels) or None, require_label
+
+
+def _warn_rare(path, train, counts):
+    """A warning naming the records of each inferred class under 1% of the rows (or under 5):
+    a typo in a label column becomes a class of its own."""
+    for label, n in sorted(counts.items(), key=lambda item: item[1]):
+        if n >= 5 and n >= 0.01 * len(train):
+            break
+        lines = [str(e.line) for e in train if e.label == label][:5]
+        more = ", ..." if n > len(lines) else ""
+        print(
+            f"zhlm-finetune: warning: label {label!r} has only {n} record(s) in {path} (lines "
+            f"{', '.join(lines)}{more}): a typo? Fix those rows or list the labels in "
+            "config.task.labels (the rows with other labels are then reported and skipped)",
+            flush=True,
+        )
