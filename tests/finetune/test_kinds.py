@@ -16,8 +16,9 @@ from helpers import ROOT
 import zhlm
 from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import batching, kinds, predict, pretrained, tasks
+from zhlm.finetune import batching, kinds, pretrained, tasks
 from zhlm.finetune import train as train_lib
+from zhlm.finetune.task_model import TaskModel
 
 DATA = os.path.join(ROOT, "..", "shared", "data")
 
@@ -98,11 +99,9 @@ def test_kind_contract(name, tmp_path):
 
     best = train_lib.save_finetuned(tmp_path / "best", jax.device_get(state["params"]), config)
     model, saved_params, saved = train_lib.load_finetuned(best)
-    apply = jax.jit(lambda p, b: model.apply({"params": p}, *_inputs(b)))
-    run = functools.partial(apply, saved_params)
-    lines = predict._records(saved.task, evaluation, tokenizer, run, saved)
-    records = [json.loads(line) for line in lines]
+    records = TaskModel(model, saved_params, saved, tokenizer).predict(evaluation)
     assert len(records) == len(evaluation) and all("id" in r for r in records)
+    json.dumps(records, ensure_ascii=False)  # what zhlm-predict writes, a line each
 
     zhlm.to_hf(model, {"params": saved_params}, saved, str(tmp_path / "hf"))
     hf = getattr(transformers, "Bert" + kind.hf_class).from_pretrained(str(tmp_path / "hf"))

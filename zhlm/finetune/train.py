@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from tqdm import tqdm
 
 from zhlm import paths, workdir_lock
 from zhlm import workdir as layout
@@ -237,7 +238,14 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
     for epoch in range(1, train.epochs + 1):
         epoch_sums, began = None, time.monotonic()
         order = order_rng.permutation(data.num_train)
-        for i, batch in enumerate(batching.batches(data.train, train.batch_size, order), 1):
+        batches = tqdm(
+            batching.batches(data.train, train.batch_size, order),
+            total=-(-data.num_train // train.batch_size),
+            desc=f"seed {seed} epoch {epoch}/{train.epochs}",
+            unit="step",
+            leave=False,
+        )
+        for i, batch in enumerate(batches, 1):
             state, metrics = trainer.step(state, batch, dropout_key)
             epoch_sums = sums.add(epoch_sums, metrics)
             if train.log_every and i % train.log_every == 0:
