@@ -10,6 +10,8 @@ default variant). Unlike the flag the config is not locked, so callers may chang
 import importlib.util
 import os
 
+# The pretraining recipes, one configs/<name>.py each: the list tests, tools and the bench read.
+RECIPES = ("bert", "roberta_wwm", "ernie", "spanbert", "albert", "macbert")
 # A source checkout (or an editable install) has the recipes beside the package.
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
