@@ -14,7 +14,7 @@ from zhlm/defaults.py.
 Held-out metrics are also kept per source (``dialogue/sentence_accuracy``, ``train/...``) and
 per objective (``dlm_accuracy``: real/fake; ``nsp_accuracy``), zhlm.train.loop. The real/fake
 judgement is learned only once the MLM leaves the unigram stage: dialogue-only on 2,367
-multi-turn dialogues (issue 14), the command below measured held-out (1,024 windows) real/fake
+multi-turn dialogues, the command below measured held-out (1,024 windows) real/fake
 accuracy 50.4%, 57.8%, 68.0% and 72.9% at steps 250, 500, 750 and 1,000 (MLM accuracy 3.6%,
 8.9%, 10.9%, 12.4%; about 10 minutes on 2 CPU cores, stopped there); the same train and eval
 steps outside the loop reached 77% at step 4,000. Those held-out windows come from dialogues

@@ -21,7 +21,7 @@ when it is too short for the encoder to start to tell tokens apart, or when the 
 collapsed: ERNIE tiny after 600 pretraining steps on the bundled sample with a 60-step warmup
 (MLM never past the most frequent token) made every token one vector, and 375 steps (4,000
 sentences) from it gave F1 0 against 10.8 from random init; ``zhlm-finetune`` warns of such an
-init (issue 14). The 200-step warmup of ``zhlm.defaults.local_warmup`` avoids that collapse.
+init. The 200-step warmup of ``zhlm.defaults.local_warmup`` avoids that collapse.
 """
 
 from zhlm.defaults import get_finetune_config

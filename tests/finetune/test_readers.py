@@ -411,7 +411,7 @@ def test_a_saved_datasets_folder(tmp_path):
         tasks.read_task(task_config(tmp_path / "xnli", "pair", "datasets", NLI))
 
 
-# --- the layouts of issue 15 read the wrong way: the error says what the file looks like -----
+# --- layouts read the wrong way: the error says what the file looks like ---------------------
 
 
 def test_a_csv_read_as_tsv_names_the_delimiter_and_the_flag(tmp_path):
