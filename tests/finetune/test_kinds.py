@@ -11,15 +11,13 @@ import os
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import DATA
 
 import zhlm
 from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune import batching, kinds, predict, pretrained, tasks
 from zhlm.finetune import train as train_lib
-
-DATA = os.path.join(ROOT, "..", "shared", "data")
 
 
 def _lines(name, first, n):
