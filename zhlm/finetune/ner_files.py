@@ -24,7 +24,14 @@ from collections.abc import Iterator, Sequence
 
 from zhlm import paths
 from zhlm.finetune import ner_metric
-from zhlm.finetune.report import EMPTY_TEXT, MALFORMED_LINE, MISSING_FIELD, ReadReport, finish
+from zhlm.finetune.report import (
+    EMPTY_TEXT,
+    MALFORMED_LINE,
+    MISSING_FIELD,
+    ReadReport,
+    finish,
+    lines,
+)
 
 Path = str | os.PathLike
 
@@ -191,12 +198,7 @@ def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:
     text or overlapping an earlier one (by start, longer first) is ignored and reported."""
     report = NerReadReport(os.fspath(path), scheme="spans")
     examples = []
-    for number, text in enumerate(_read_lines(path), start=1):
-        if text is None:
-            report.add(MALFORMED_LINE, number, "not UTF-8: record skipped")
-            continue
-        if not text.strip():
-            continue
+    for number, text in lines(path, report):  # a line that is not UTF-8 is reported there
         item = _json_record(text, number, report)
         if item is None:
             continue
@@ -273,14 +275,6 @@ def _read_text(path: Path) -> str:
     return text.replace("\r\n", "\n") if "\r" in text else text
 
 
-def _read_lines(path: Path) -> list[str | None]:
-    """Every line of the file, None for a line that is not UTF-8."""
-    lines = _read_text(path).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [None if _NOT_UTF8.search(line) else line for line in lines]
-
-
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 # A space-separated line: one character (an ideographic space too, which str.split() would
 # swallow), ASCII spaces, the tag.
@@ -316,10 +310,10 @@ def cluener_label(records: Sequence[dict]) -> dict:
 def write_predictions(path: str, examples: Sequence[NerExample], tag_seqs) -> None:
     """One JSON line per example: ``{"id", "text", "entities": prediction_records(...),
     "label": cluener_label(...)}``, so the file also reads back with :func:`read_spans_jsonl`."""
-    lines = []
+    records_out = []
     for example, tags in zip(examples, tag_seqs, strict=True):
         records = prediction_records(example, tags)
         record = dict(id=example.guid, text=example.text, entities=records)
         record["label"] = cluener_label(records)
-        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
-    paths.resolve(path).write_text("".join(lines), encoding="utf-8")  # local or gs://
+        records_out.append(json.dumps(record, ensure_ascii=False) + "\n")
+    paths.resolve(path).write_text("".join(records_out), encoding="utf-8")  # local or gs://
