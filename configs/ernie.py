@@ -13,19 +13,8 @@ from zhlm/defaults.py.
 
 Held-out metrics are also kept per source (``dialogue/sentence_accuracy``, ``train/...``) and
 per objective (``dlm_accuracy``: real/fake; ``nsp_accuracy``), zhlm.train.loop. The real/fake
-judgement is learned only once the MLM leaves the unigram stage: dialogue-only on 2,367
-multi-turn dialogues (issue 14), the command below measured held-out (1,024 windows) real/fake
-accuracy 50.4%, 57.8%, 68.0% and 72.9% at steps 250, 500, 750 and 1,000 (MLM accuracy 3.6%,
-8.9%, 10.9%, 12.4%; about 10 minutes on 2 CPU cores, stopped there); the same train and eval
-steps outside the loop reached 77% at step 4,000. Those held-out windows come from dialogues
-that also gave training windows. With every tenth dialogue held out whole instead (a source of
-its own with weight 0: evaluation only, the second command; tests/test_dialogue.py), at
-sequence length 64: 57.0%, 67.2% and 67.8% at steps 500, 600 and 700, level with the trained
-dialogues' own held-out windows (57.2%, 68.4%, 71.1%). Much of it is telling the three corpora
-apart: on KdConv alone the same run stayed at chance (48.6% at step 800). At this learning rate
-a dialogue-only tiny run can also stall in the unigram stage: one of four (seed 0 of another
-data order, a 1,000-step schedule) had MLM accuracy 3% and real/fake at chance at step 800;
-``--config.optim.peak_lr=5e-4`` left it (62.5% at step 500, 66.2% at 700). With your own
+judgement is learned only once the MLM leaves the unigram stage (measured runs, with the
+second command's held-out dialogues: tools/results/measured_runs.md). With your own
 dialogue JSON lines (``{"turns": [...]}`` per line):
 
   zhlm-pretrain --config=configs/ernie.py:dlm --workdir=/tmp/zhlm-dlm \

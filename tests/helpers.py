@@ -1,14 +1,16 @@
-"""Names several test modules share: the repo root, the recipes, the library's config loader
-and synthetic batch under the names the tests import, the environment of a training child, and
-the fine-tuning task configs on the shared data."""
+"""Names several test modules share: the repo root and shared data, the recipes, the library's
+config loader and synthetic batch under the names the tests import, the environment of a
+training child, the fine-tuning task configs on the shared data and random HF folders."""
 
+import importlib.util
 import os
 
+from zhlm.config_files import RECIPES  # noqa: F401 (re-exported for the tests)
 from zhlm.config_files import load as load_config  # noqa: F401 (re-exported for the tests)
 from zhlm.data.synthetic import synthetic_batch  # noqa: F401 (re-exported for the tests)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RECIPES = ("bert", "roberta_wwm", "ernie", "spanbert", "albert", "macbert")
+DATA = os.path.join(ROOT, "..", "shared", "data")  # the shared corpora and task files
 
 
 def without_opt_level_zero() -> dict:
@@ -18,8 +20,6 @@ def without_opt_level_zero() -> dict:
     flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "")
     return dict(os.environ, XLA_FLAGS=flags.strip(), PYTHONPATH=ROOT)
 
-
-DATA = os.path.join(ROOT, "..", "shared", "data")
 
 # The task configs name no data path (users pass theirs); these are the files in ../shared/data.
 SHARED_FILES = {
@@ -35,9 +35,39 @@ def load_task(name, arg="tiny", shared=True):
     """``configs/finetune/<name>.py:get_config(arg)``, locked as the command line locks it,
     with ``task.train_file``/``dev_file`` set to the shared data (``shared=False``: as the
     file leaves them, empty)."""
-    config = load_config(f"finetune/{name}", arg)
+    path = os.path.join(ROOT, "configs", "finetune", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"finetune_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(arg)
     if shared:
         train, dev = (os.path.join(DATA, f) if f else "" for f in SHARED_FILES[name])
         config.task.update(train_file=train, dev_file=dev)
     config.lock()
     return config
+
+
+def hf_folder(tmp_path, architecture, family="Bert", **kwargs):
+    """A random HF ``architecture`` (of ``family``: Bert, Albert or Ernie) saved to a folder."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if family == "Albert":
+        kwargs.setdefault("embedding_size", 32)
+    hf_config = getattr(transformers, f"{family}Config")(
+        vocab_size=21128,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        **kwargs,
+    )
+    model = getattr(transformers, architecture)(hf_config).eval()
+    with torch.no_grad():  # random heads with visible biases, not the zero init
+        for name, p in model.named_parameters():
+            if name.startswith(("classifier", "qa_outputs")):
+                p.normal_(0, 0.5)
+    path = str(tmp_path / architecture)
+    model.save_pretrained(path)
+    return model, path

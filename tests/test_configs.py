@@ -1,5 +1,6 @@
 """Every recipe file and every size variant loads, is locked, and builds its model abstractly."""
 
+import os
 import subprocess
 import sys
 
@@ -44,6 +45,13 @@ def test_recipe_specifics():
 def test_unknown_size_is_a_clear_error():
     with pytest.raises(ValueError, match="xxlarge"):
         load_config("bert", "xxlarge")  # only ALBERT has it
+
+
+def test_the_recipe_list_is_the_config_files():
+    files = {
+        name[:-3] for name in os.listdir(os.path.join(ROOT, "configs")) if name.endswith(".py")
+    }
+    assert set(RECIPES) == files
 
 
 def test_loading_a_config_imports_no_jax():

@@ -1,6 +1,6 @@
 """Reading, cleaning and sentence splitting, on the shared corpora and on every kind of bad input.
 
-Why: nothing may be lost silently. Each bad-input case of issue 3 has a test that checks the
+Why: nothing may be lost silently. Each kind of bad input has a test that checks the
 item is repaired, skipped or rejected with a counted reason, and that the good documents next to
 it survive.
 """
@@ -86,7 +86,7 @@ def test_traditional_to_simplified():
     assert r.reasons["traditional_converted_lines"] == 1
 
 
-# --- bad input: one test per case of issue 3 --------------------------------------------------
+# --- bad input: one test per case -------------------------------------------------------------
 
 
 def test_bad_non_utf8_bytes_repaired(tmp_path):

@@ -304,9 +304,9 @@ class _FakeTrainer:
 
 
 def test_eval_reports_nsp_and_real_fake_accuracy_apart():
-    """Issue 14: held-out metrics blended the text's NSP and the dialogues' real/fake accuracy
-    into one ``sentence_accuracy``; each source and objective now has its own, from whole
-    batches of its own records (leftovers count in the overall means only)."""
+    """Held-out metrics are kept per source and objective, not blended into one
+    ``sentence_accuracy`` (the text's NSP and the dialogues' real/fake accuracy differ), each
+    from whole batches of its own records (leftovers count in the overall means only)."""
     from zhlm.train import loop
 
     config = dlm_config()

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import load_config
+from helpers import RECIPES, load_config
 
 from zhlm.models import build_model, count_params, dropout_rngs, fit_vocab, init_variables
 from zhlm.models.layers import attention, attention_with_dropout
@@ -36,9 +36,7 @@ def run(config, seed=0, **kw):
     return model, variables, model.apply(variables, *batch(), **kw)
 
 
-@pytest.mark.parametrize(
-    "recipe", ["bert", "albert", "ernie", "roberta_wwm", "macbert", "spanbert"]
-)
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_output_contract(recipe):
     _, _, out = run(tiny(recipe), masked_positions=jnp.array([[1, 2, 3], [4, 5, 0]]))
     assert out["sequence_output"].shape == (2, 12, 128)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import RECIPES, ROOT
 from test_param_table import tables_module
 
 # (P[MASK], P[similar], P[random], P[keep]) each recipe's config asks for.
@@ -26,7 +26,7 @@ REPLACEMENT = {
 def test_masking_table_on_real_text():
     text = tables_module().masking_table("micro")
     rows = {line.split("|")[1].strip(): line.split("|") for line in text.splitlines()[4:10]}
-    assert sorted(rows) == sorted(REPLACEMENT), text
+    assert sorted(rows) == sorted(REPLACEMENT) == sorted(RECIPES), text
     for recipe, cells in rows.items():
         assert 14.5 <= float(cells[4].strip(" %")) <= 15.5, cells
         shares = [int(x) for x in re.findall(r"(\d+)%", cells[5])]

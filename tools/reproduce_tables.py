@@ -143,7 +143,8 @@ def masking_table(scale):
         "| words per unit: 1 / 2 / 3 / 4+ | mean words per unit | units cut by the budget |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for recipe in sorted(MASKING_PAPER):
+    assert set(MASKING_PAPER) == set(config_files.RECIPES), "a recipe without its paper's masking"
+    for recipe in sorted(config_files.RECIPES):
         config = config_files.load(recipe, "tiny")
         config.train.batch_size, config.train.eval_examples = batch_size, 0
         loader = data_loader.from_config(cache.ensure_dataset(config, progress=False), config)

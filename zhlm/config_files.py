@@ -10,6 +10,9 @@ default variant). Unlike the flag the config is not locked, so callers may chang
 import importlib.util
 import os
 
+# The pretraining recipes, one configs/<name>.py each: the list tests, tools and the bench read.
+RECIPES = ("bert", "roberta_wwm", "ernie", "spanbert", "albert", "macbert")
+
 
 def _configs_folder() -> str:
     """The recipes' folder: installed as the package ``zhlm.configs`` (setup.py maps the

@@ -14,14 +14,9 @@ recipe (PaddlePaddle/ERNIE ``script/zh_task/ernie_base/run_msra_ner.sh``: ``--ma
 --batch_size 16 --learning_rate 5e-5 --epoch 6 --warmup_proportion 0.0 --weight_decay 0.01``).
 For the papers' test-set numbers, add ``--config.task.dev_file=<the same folder>/test.txt``.
 
-Tiny models (``get_config("tiny")``, L2/H128): at lr 1e-3, seq 128, batch 32 and 3 epochs of all
-45,658 sentences (4,281 steps), test entity F1 was 60.5 from a random encoder. A run stays at
-all O (F1 0) while its train loss sits at the label prior's (printed as ``label prior loss``)
-when it is too short for the encoder to start to tell tokens apart, or when the init has
-collapsed: ERNIE tiny after 600 pretraining steps on the bundled sample with a 60-step warmup
-(MLM never past the most frequent token) made every token one vector, and 375 steps (4,000
-sentences) from it gave F1 0 against 10.8 from random init; ``zhlm-finetune`` warns of such an
-init (issue 14). The 200-step warmup of ``zhlm.defaults.local_warmup`` avoids that collapse.
+A tiny model stays at all O (F1 0), its train loss at the label prior's (printed as ``label
+prior loss``), when the run is too short for the encoder to tell tokens apart or when the init
+has collapsed, which ``zhlm-finetune`` warns of (measured runs: tools/results/measured_runs.md).
 """
 
 from zhlm.defaults import get_finetune_config

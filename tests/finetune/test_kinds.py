@@ -7,11 +7,13 @@ import functools
 import itertools
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import DATA, ROOT
 
 import zhlm
 from zhlm import defaults
@@ -19,8 +21,6 @@ from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune import batching, kinds, pretrained, tasks
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.task_model import TaskModel
-
-DATA = os.path.join(ROOT, "..", "shared", "data")
 
 
 def _lines(name, first, n):
@@ -117,3 +117,59 @@ def test_kind_contract(name, tmp_path):
 
 def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+
+
+# Per kind, in a process with 8 CPU devices: two steps of the same batches and seed on a mesh of
+# one device and on all eight; prints the task loss sums and counts of both.
+STEPS_CHILD = """
+import itertools, json, sys
+import jax, numpy as np
+from zhlm import defaults
+from zhlm.data.tokenizer import WordPiece, default_vocab
+from zhlm.finetune import batching, kinds, pretrained, tasks
+from zhlm.finetune import train as train_lib
+from zhlm.train import sharding
+out = {}
+for name, (fmt, path, overrides) in json.loads(sys.argv[1]).items():
+    config = defaults.get_finetune_config("tiny")
+    config.task.update(dict(kind=name, format=fmt, train_file=path, dev_file=path, **overrides))
+    config.train.update(batch_size=8, log_every=0)
+    kind, key = kinds.get(name), jax.random.key(0)
+    train, _, _ = tasks.read_task(config.task)
+    tokenizer = WordPiece(default_vocab())
+    features = kind.featurize(kind.for_training(train), tokenizer, config.task, True)
+    rows = np.arange(len(features.arrays["input_ids"]))
+    assert len(jax.devices()) == 8
+    for devices in (1, 8):
+        mesh = sharding.create_mesh(config, jax.devices()[:devices])
+        trainer = train_lib.task_trainer(config, kind, 2, mesh=mesh)
+        params = pretrained.init_params(trainer.model, key, kind.example_inputs(config.task))
+        state, losses = trainer.state_from(params), []
+        for batch in itertools.islice(batching.batches(features.arrays, 8, rows), 2):
+            state, metrics = trainer.step(state, batch, key)
+            losses.append([float(metrics[f"task{k}"]) for k in ("_loss_sum", "_count")])
+        out.setdefault(name, {})[devices] = losses
+print("RESULTS" + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_every_kind_steps_the_same_on_one_and_eight_devices(tmp_path):
+    """The state, mesh and shardings of every kind come from the pretraining step's builder:
+    the batch split over 8 devices gives the losses of 1 device (as test_train's NER run)."""
+    spec = {}
+    for name, (fmt, write, overrides) in SAMPLES.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        spec[name] = (fmt, str(write(folder)), overrides)
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    cmd = [sys.executable, "-c", STEPS_CHILD, json.dumps(spec)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.split("RESULTS")[-1])
+    assert set(runs) == set(kinds.KINDS)
+    for name, by_devices in runs.items():
+        one, eight = np.asarray(by_devices["1"]), np.asarray(by_devices["8"])
+        assert one.shape == (2, 2) and np.all(one[:, 1] > 0), name
+        np.testing.assert_allclose(one, eight, rtol=1e-5, err_msg=name)

@@ -529,7 +529,7 @@ def test_msra_gold_predictions_merge_back(msra, tokenizer):
 
 
 def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys):
-    """Issue 14: fine-tuned from ERNIE tiny after 600 pretraining steps (MLM still at the
+    """Fine-tuned from ERNIE tiny after 600 pretraining steps (MLM still at the
     unigram stage), MSRA NER stayed at all O (F1 0) while a random encoder learned. That
     encoder gave every token one vector up to scale; the run now says so, and prints the
     label prior's loss, the plateau such a run sits at."""

@@ -1,4 +1,4 @@
-"""Raw Chinese text to the training batches every recipe reads (issue 3), one concern a module.
+"""Raw Chinese text to the training batches every recipe reads, one concern a module.
 
 text (read, clean, split; the Report of every repair) → tokenizer (WordPiece / sentencepiece
 with offsets) → words (jieba word ids) · units (ERNIE entities and phrases) · synonyms (MacBERT

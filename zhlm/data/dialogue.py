@@ -20,7 +20,7 @@ Instances (``[CLS] T1 [SEP] T2 [SEP] ... Tk [SEP]``, k >= 2):
   Three, not as many as fit: ERNIE's DLM inputs are three-turn conversations (QRQ, QRR, QQR)
   with the query or the response replaced in a fake. In windows filled to 128 tokens (4.1
   turns on average in ``dialogues.jsonl``, up to 11) the one replaced turn is a smaller share
-  of the window. Tiny, dialogue-only, 4,000 steps of 32 from random init (issue 14, before the
+  of the window. Tiny, dialogue-only, 4,000 steps of 32 from random init (before the
   lone-turn rule above): held-out real/fake accuracy 72% with filled windows against 77% with
   three-turn ones, and the filled windows overfit sooner (train 93% at 4,000 steps; held-out
   loss rising from 0.61 to 1.25 by 12,000 steps). Either way it stays near 50% until the MLM

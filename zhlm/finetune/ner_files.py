@@ -32,6 +32,7 @@ from zhlm.finetune.report import (
     counted,
     finish,
     json_error,
+    lines,
 )
 
 Path = str | os.PathLike
@@ -249,12 +250,7 @@ def iter_spans_jsonl(path: Path) -> tuple[Iterator[NerExample], NerReadReport]:
 
 
 def _spans_examples(path: Path, report: ReadReport) -> Iterator[NerExample]:
-    for number, text in enumerate(_read_lines(path), start=1):
-        if text is None:
-            report.add(MALFORMED_LINE, number, "not UTF-8: record skipped")
-            continue
-        if not text.strip():
-            continue
+    for number, text in lines(path, report):  # a line that is not UTF-8 is reported there
         item = _json_record(text, number, report)
         if item is None:
             continue
@@ -342,13 +338,6 @@ def _text_pieces(path: Path, size: int = 1 << 16) -> Iterator[str]:
                 return
 
 
-def _read_lines(path: Path) -> Iterator[str | None]:
-    """Every line of the file, None for a line that is not UTF-8."""
-    for piece in _text_pieces(path):
-        for line in piece.removesuffix("\n").split("\n"):
-            yield None if _NOT_UTF8.search(line) else line
-
-
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 # A space-separated line: one character (an ideographic space too, which str.split() would
 # swallow), ASCII spaces, the tag.
@@ -384,10 +373,10 @@ def cluener_label(records: Sequence[dict]) -> dict:
 def write_predictions(path: str, examples: Sequence[NerExample], tag_seqs) -> None:
     """One JSON line per example: ``{"id", "text", "entities": prediction_records(...),
     "label": cluener_label(...)}``, so the file also reads back with :func:`read_spans_jsonl`."""
-    lines = []
+    records_out = []
     for example, tags in zip(examples, tag_seqs, strict=True):
         records = prediction_records(example, tags)
         record = dict(id=example.guid, text=example.text, entities=records)
         record["label"] = cluener_label(records)
-        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
-    paths.resolve(path).write_text("".join(lines), encoding="utf-8")  # local or gs://
+        records_out.append(json.dumps(record, ensure_ascii=False) + "\n")
+    paths.resolve(path).write_text("".join(records_out), encoding="utf-8")  # local or gs://

@@ -1,0 +1,46 @@
+"""The task configs on the shared data, the holdout split and a missing file."""
+
+import os
+
+import pytest
+from helpers import load_task
+
+from zhlm.finetune import tasks
+from zhlm.finetune.train import finetune
+
+TASKS = ("chnsenticorp", "lcqmc", "ocnli", "cmrc2018", "msra_ner")
+
+
+# ------------------------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_task_configs_load_and_point_at_the_shared_data(name):
+    with pytest.raises(ValueError, match=r"^config.task.train_file is empty: pass --config"):
+        tasks.check_task(load_task(name, shared=False).task)  # no path but the user's
+    config = load_task(name)
+    tasks.check_task(config.task)
+    assert os.path.isfile(config.task.train_file)
+    assert not config.task.dev_file or os.path.isfile(config.task.dev_file)
+    assert config.model.size == "tiny" and config.optim.schedule == "linear"
+    with pytest.raises(AttributeError):
+        config.task.max_seq_len = 64  # locked: a typo is an error, not a new key
+
+
+def test_holdout_splits_are_deterministic_and_keep_passages_whole():
+    lcqmc = load_task("lcqmc")
+    train, held, _ = tasks.read_task(lcqmc.task)
+    assert (len(train), len(held)) == (7042, 1760)
+    assert train[-1].line + 1 == held[0].line  # first 80% of the file, then the rest
+    train, held, _ = tasks.read_task(load_task("cmrc2018").task)
+    passages = {e.context for e in train}, {e.context for e in held}
+    assert (len(passages[0]), len(passages[1])) == (678, 170)
+    assert not passages[0] & passages[1]
+    assert len(train) + len(held) == 3219
+
+
+def test_a_missing_file_is_one_clear_error(tmp_path):
+    config = load_task("ocnli")
+    config.task.train_file = str(tmp_path / "nowhere.json")
+    with pytest.raises(FileNotFoundError, match="nowhere.json: no such file"):
+        finetune(config, None, str(tmp_path / "w"))
