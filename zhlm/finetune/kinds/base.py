@@ -13,6 +13,7 @@ Nothing outside ``zhlm.finetune.kinds`` compares a kind by name: training, evalu
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 
 import jax
@@ -31,7 +32,7 @@ class Features:
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskKind:
+class TaskKind(abc.ABC):
     name: str  # config.task.kind
     formats: tuple[str, ...]  # config.task.format values it reads
     metric: str  # the primary dev metric, higher is better (results.json "metric")
@@ -40,9 +41,9 @@ class TaskKind:
 
     # ---------------------------------------------------------------------------- reading
 
+    @abc.abstractmethod
     def read(self, path, task, require_label: bool = True):
         """``(examples, report)`` of one file in ``task.format``."""
-        raise NotImplementedError
 
     def stream(self, path, task, require_label: bool = True):
         """``(examples as they are read, report complete once they are)``; kinds whose
@@ -60,10 +61,12 @@ class TaskKind:
 
     def resolve(self, task, train) -> None:
         """Settles what the training file decides (labels), writes it into ``task``."""
+        return None  # a kind whose training file settles nothing
 
     def check_split(self, task, train, evaluation) -> None:
         """Fails, saying why, when the training examples (after a holdout split) cannot
         train this kind."""
+        return None  # any non-empty split trains a kind without classes
 
     def group(self, example):
         """The holdout unit: examples sharing a key stay on one side (None: the record)."""
@@ -75,23 +78,23 @@ class TaskKind:
 
     # ----------------------------------------------------------------------------- device
 
+    @abc.abstractmethod
     def featurize(self, examples, tokenizer, task, training: bool):
         """Fixed-shape arrays (and what decode needs); ``training`` False tolerates unknown
         labels (evaluation and prediction)."""
-        raise NotImplementedError
 
     def example_inputs(self, task):
         """Shapes of the ``(input_ids, token_type_ids, attention_mask)`` the model is
         initialised with."""
         return jax.eval_shape(lambda: dummy_inputs(task.max_seq_length))
 
+    @abc.abstractmethod
     def model(self, cfg, task):
         """The task model: a ``zhlm.models.Model`` subclass whose head is ``self.head``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def loss(self, outputs: dict, batch: dict):
         """Per row: ``(loss sum, number of targets)``; the step weighs rows and divides once."""
-        raise NotImplementedError
 
     def device_outputs(self, outputs: dict, batch: dict) -> dict:
         """What leaves the device after a forward pass."""
@@ -99,13 +102,13 @@ class TaskKind:
 
     # ---------------------------------------------------------------------------- results
 
+    @abc.abstractmethod
     def decode(self, features, outputs: dict, examples, task):
         """Predictions in input order from the host outputs of every row."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def score(self, features, examples, predictions) -> dict[str, float]:
         """Dev metrics (percent), ``self.metric`` among them."""
-        raise NotImplementedError
 
     def prior(self, arrays: dict) -> float | None:
         """Loss of predicting the training labels' frequencies (None: no such prior)."""
@@ -115,9 +118,9 @@ class TaskKind:
         """Extra results.json entries about the evaluation set."""
         return {}
 
+    @abc.abstractmethod
     def records(self, examples, predictions, task) -> list[dict]:
         """``zhlm-predict``'s records, one per example, each with its ``id``."""
-        raise NotImplementedError
 
     def write_dev(self, root, examples, predictions) -> dict:
         """Writes the best run's dev predictions under ``root``; returns results.json entries."""
