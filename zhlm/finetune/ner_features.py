@@ -148,7 +148,7 @@ def _tag_ids(example, word_start, label_index, unknown_tags, ignored) -> np.ndar
     unknown = sorted(set(tags) - label_index.keys())
     if unknown and unknown_tags == "raise":
         raise ValueError(
-            f"{example.guid}: tags {unknown} are not in config.task.labels; pass "
+            f"{example.guid}: tags {unknown} are not in the labels (config.task.labels); pass "
             "--config.task.labels='()' to take the training file's own entity types"
         )
     ignored.update(t for t in tags if t not in label_index)
