@@ -91,8 +91,8 @@ class Writer:
 
         # A resumed run hides the events of the steps it writes again: TensorBoard shows one
         # run, each step once, as metrics.jsonl does.
-        purge = start_step + 1 if start_step else None
-        self._tb = SummaryWriter(os.fspath(self.path.parent / layout.TENSORBOARD), purge_step=purge)
+        purge = {"purge_step": start_step + 1} if start_step else {}
+        self._tb = SummaryWriter(os.fspath(self.path.parent / layout.TENSORBOARD), **purge)
 
     def write(self, step: int, split: str, scalars: dict):
         if not self.enabled:
