@@ -62,13 +62,17 @@ class _LocalFile:
         self.path = path
 
     def create(self, data: bytes) -> bool:
-        """Writes ``data`` if no file is there; False if one is."""
+        """Writes ``data`` if no file is there; False if one is. The file appears whole (a
+        hard link of a finished temporary file), so a reader never sees it empty or cut."""
+        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.link(tmp, self.path)  # fails if the path exists, as O_EXCL would
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        finally:
+            os.unlink(tmp)
         return True
 
     def read(self) -> bytes | None:

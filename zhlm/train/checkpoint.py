@@ -18,6 +18,7 @@ import json
 import logging as std_logging
 import os
 import sys
+import traceback
 
 import flax.linen as nn
 import jax
@@ -162,7 +163,8 @@ def quiet_orbax():
       closed')`` as an unraisable exception: one traceback per array; after a failed save,
       each abandoned write does the same when the interpreter exits.
     - A failed asynchronous save is logged at error level, with its traceback, by several of
-      orbax's threads before the exception reaches the caller.
+      orbax's threads before the exception reaches the caller, and asyncio reports each of
+      its other writes' futures as an "exception was never retrieved".
     Every other unraisable exception and log line is shown as before. Idempotent.
     """
     if getattr(sys.unraisablehook, "zhlm_quiet", False):
@@ -179,8 +181,18 @@ def quiet_orbax():
 
     hook.zhlm_quiet = True
     sys.unraisablehook = hook
-    absl_logger = std_logging.getLogger("absl")
-    absl_logger.addFilter(_demote_orbax_errors)
+    std_logging.getLogger("absl").addFilter(_demote_orbax_errors)
+    std_logging.getLogger("asyncio").addFilter(_demote_abandoned_futures)
+
+
+def _demote_abandoned_futures(record) -> bool:
+    """A logging filter: asyncio's "exception was never retrieved" of a failed checkpoint
+    write (orbax gathered the writes and raised the first failure; the others' futures are
+    collected later) is dropped; every other asyncio line is kept."""
+    if "exception was never retrieved" not in str(record.msg) or not record.exc_info:
+        return True
+    frames = traceback.extract_tb(record.exc_info[2])
+    return not any(f"{os.sep}orbax{os.sep}" in frame.filename for frame in frames)
 
 
 def _demote_orbax_errors(record) -> bool:
