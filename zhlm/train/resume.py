@@ -35,10 +35,10 @@ from flax import traverse_util
 from zhlm import paths
 from zhlm import workdir as layout
 from zhlm.models import fit_vocab
-from zhlm.train import checkpoint
+from zhlm.train import checkpoint, curves
 
 STATE, LOADER = "state", "loader"  # the items of a training checkpoint
-RUN_FILES = (layout.CONFIG, layout.METRICS, layout.TENSORBOARD, "curves.png", layout.CHECKPOINTS)
+RUN_FILES = (layout.CONFIG, layout.METRICS, layout.TENSORBOARD, curves.CURVES, layout.CHECKPOINTS)
 
 
 class CheckpointError(ValueError):
@@ -302,7 +302,7 @@ def save_failed(mngr, error: Exception) -> CheckpointError:
     newest step still on disk, and for a full disk the space a checkpoint takes and what is
     free. The partly written step is removed (it holds space, and no run reads it)."""
     directory = epath.Path(mngr.directory)
-    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    steps = layout.checkpoint_steps(directory.parent)
     kept = f"step {steps[-1]}, intact" if steps else "none"
     text = f"{type(error).__name__}: {error}"
     if not any(sign in text for sign in ("RESOURCE_EXHAUSTED", "No space left", "ENOSPC")):
