@@ -28,6 +28,7 @@ SHARED_FILES = {
     "ocnli": ("ocnli/train.10k.json", "ocnli/dev.json"),
     "cmrc2018": ("cmrc2018/cmrc2018_dev.json", ""),  # split by the config's holdout
     "msra_ner": ("msra_ner/train.txt", "msra_ner/dev.txt"),
+    "c3": ("c3/c3-d-train.json,c3/c3-m-train.json", "c3/c3-d-dev.json,c3/c3-m-dev.json"),
 }
 
 
@@ -41,7 +42,10 @@ def load_task(name, arg="tiny", shared=True):
     spec.loader.exec_module(module)
     config = module.get_config(arg)
     if shared:
-        train, dev = (os.path.join(DATA, f) if f else "" for f in SHARED_FILES[name])
+        train, dev = (
+            ",".join(os.path.join(DATA, part) for part in f.split(",")) if f else ""
+            for f in SHARED_FILES[name]
+        )
         config.task.update(train_file=train, dev_file=dev)
     config.lock()
     return config

@@ -184,18 +184,18 @@ def _task():
         dict(
             name="",  # the task's name, for logs and results.json
             # a registered task kind (zhlm.finetune.kinds): classification (one text), pair
-            # (two texts), mrc (answer spans) or ner (entities)
+            # (two texts), mrc (answer spans), ner (entities) or multiple_choice (options)
             kind="classification",
             # one the kind reads: classification/pair tsv, csv, jsonl, json, parquet or datasets
             # (a save_to_disk folder); mrc squad; ner tagged (char<TAB>tag lines) or
-            # spans_jsonl (CLUENER-style offset spans)
+            # spans_jsonl (CLUENER-style offset spans); multiple_choice c3 or jsonl
             format="tsv",
             # classification/pair: the text column(s), names or 0-based positions (one, two
             # for pair); empty: the usual header names, else the columns before the label
             text_fields=(),
             label_field="",  # its label column, name or position (empty: header "label"/last)
-            train_file="",  # training data (a file; a folder for format datasets)
-            dev_file="",  # evaluation data (empty when holdout > 0)
+            train_file="",  # training data: a file (a folder for format datasets), or several a,b
+            dev_file="",  # evaluation data, as train_file (empty when holdout > 0)
             holdout=0.0,  # > 0: the last fraction of train_file (passages for mrc) evaluates
             # Label strings in the order of the classifier outputs (not mrc); ner: BIO tags.
             # Empty: from the training file (sorted, numbers numerically; ner: O, then B-/I-
@@ -205,6 +205,7 @@ def _task():
             max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
             doc_stride=128,  # mrc, ner: tokens between the starts of consecutive windows
             max_query_length=64,  # mrc: question tokens kept
+            num_choices=0,  # multiple_choice: options per question (0: a training question's most)
             n_best_size=20,  # mrc: start and end candidates searched per window
             max_answer_length=30,  # mrc: longest answer in tokens
             vocab="",  # WordPiece vocab.txt (empty: the init folder's vocab.txt, else Google's)

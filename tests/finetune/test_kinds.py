@@ -50,12 +50,21 @@ def _msra(tmp_path):
     return path
 
 
+def _c3(tmp_path):
+    with open(os.path.join(DATA, "c3", "c3-m-dev.json"), encoding="utf-8") as f:
+        data = json.load(f)[:12]  # passages with 2, 3 and 4 options
+    path = tmp_path / "c3.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
 # kind -> (format, writer(tmp_path) -> path, task overrides): one sample per registered kind.
 SAMPLES = {
     "classification": ("tsv", _lines("chnsenticorp/dev.tsv", 0, 25), {}),  # header + 24
     "pair": ("tsv", _lines("lcqmc/dev.txt", 0, 24), {}),
     "mrc": ("squad", _cmrc, dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
     "ner": ("tagged", _msra, dict(max_seq_length=32, doc_stride=16)),
+    "multiple_choice": ("c3", _c3, dict(max_seq_length=48)),
 }
 # Hugging Face's output names of each of zhlm's task model outputs.
 HF_OUTPUTS = ("logits", "start_logits", "end_logits")

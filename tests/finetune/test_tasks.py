@@ -8,7 +8,7 @@ from helpers import load_task
 from zhlm.finetune import tasks
 from zhlm.finetune.train import finetune
 
-TASKS = ("chnsenticorp", "lcqmc", "ocnli", "cmrc2018", "msra_ner")
+TASKS = ("chnsenticorp", "lcqmc", "ocnli", "cmrc2018", "msra_ner", "c3")
 
 
 # ------------------------------------------------------------------------------- configs
@@ -20,8 +20,8 @@ def test_task_configs_load_and_point_at_the_shared_data(name):
         tasks.check_task(load_task(name, shared=False).task)  # no path but the user's
     config = load_task(name)
     tasks.check_task(config.task)
-    assert os.path.isfile(config.task.train_file)
-    assert not config.task.dev_file or os.path.isfile(config.task.dev_file)
+    files = f"{config.task.train_file},{config.task.dev_file}".strip(",").split(",")
+    assert all(os.path.isfile(f) for f in files)
     assert config.model.size == "tiny" and config.optim.schedule == "linear"
     with pytest.raises(AttributeError):
         config.task.max_seq_len = 64  # locked: a typo is an error, not a new key

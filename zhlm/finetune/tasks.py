@@ -102,16 +102,26 @@ def read_task(task):
     ``task.labels``: its labels) is written into ``task`` here, so ``task`` leaves with it."""
     check_task(task)
     kind = kinds.get(task.kind)
-    train, report = read_file(task, task.train_file)
+    train, reports = read_files(task, task.train_file)
     kind.resolve(task, train)
     if task.holdout == 0:
-        evaluation, dev_report = read_file(task, task.dev_file)
-        reports = [report, dev_report]
+        evaluation, dev_reports = read_files(task, task.dev_file)
+        reports += dev_reports
     else:
         train, evaluation = holdout_split(train, task.holdout, key=kind.group)
-        reports = [report]
     kind.check_split(task, train, evaluation)
     return train, evaluation, reports
+
+
+def read_files(task, paths_: str):
+    """``(examples, reports)`` of the comma-separated files ``paths_``, read in that order as
+    one set (a dataset shipped in parts, e.g. C3's dialogue and mixed-genre halves)."""
+    examples, reports = [], []
+    for path in paths_.split(","):
+        more, report = read_file(task, path.strip())
+        examples += more
+        reports.append(report)
+    return examples, reports
 
 
 def holdout_split(examples: Sequence, holdout: float, key: Callable | None = None):

@@ -15,6 +15,7 @@ from zhlm.convert.writer import TaskExport
 from zhlm.finetune.kinds.base import TaskKind
 from zhlm.finetune.kinds.classification import Classification
 from zhlm.finetune.kinds.mrc import Mrc
+from zhlm.finetune.kinds.multiple_choice import MultipleChoice
 from zhlm.finetune.kinds.ner import Ner
 from zhlm.models import model_config
 
@@ -25,6 +26,7 @@ KINDS: dict[str, TaskKind] = {
         Classification("pair", texts=2),  # the same kind reading two texts
         Mrc(),
         Ner(),
+        MultipleChoice(),
     )
 }
 
