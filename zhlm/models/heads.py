@@ -37,8 +37,9 @@ class Pooler(nn.Module):
 
 
 class OutputBias(nn.Module):
-    """The decoder's own bias over the vocabulary (the weight is the tied embedding); returns
-    the logits of the ``vocab_size`` real tokens only, the padded rows cut off."""
+    """The decoder's own bias over the vocabulary (the weight is the tied embedding), added to
+    the logits of the ``vocab_size`` real tokens. The parameter keeps the padded size, so
+    checkpoints and shardings do not change with how it is used."""
 
     config: ModelConfig
 
@@ -50,8 +51,7 @@ class OutputBias(nn.Module):
             (self.config.padded_vocab_size,),
             self.config.param_dtype,
         )
-        logits = logits.astype(jnp.float32) + bias.astype(jnp.float32)
-        return logits[..., : self.config.vocab_size]
+        return logits.astype(jnp.float32) + bias[: self.config.vocab_size].astype(jnp.float32)
 
 
 class MLMHead(nn.Module):

@@ -278,9 +278,11 @@ class Embeddings(nn.Module):
         return nn.with_logical_constraint(table, ("vocab", None))
 
     def attend(self, x):
-        """The tied MLM decoder: scores against every word embedding, padded rows included
-        (:class:`zhlm.models.heads.OutputBias` cuts those off)."""
-        return jnp.dot(x.astype(self.config.dtype), self._table().T)
+        """The tied MLM decoder: scores against the ``vocab_size`` real word embeddings. The
+        padded rows are cut from the table, not from the [.., V] scores: slicing the scores
+        copies the largest tensor of the step forward and pads its gradient back."""
+        table = self._table()[: self.config.vocab_size]
+        return jnp.dot(x.astype(self.config.dtype), table.T)
 
 
 def attention(q, k, v, mask, dropout: nn.Dropout, deterministic: bool):

@@ -18,9 +18,14 @@ from zhlm.train import sums
 
 
 def _nll_and_correct(logits, labels):
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    correct = jnp.argmax(logits, axis=-1) == labels
+    """NLL as ``logsumexp - label logit``, the label's logit picked by a one-hot product and
+    "correct" meaning the label's logit is the maximum: reductions over V that XLA fuses with
+    the logits, where a gather at the labels, its scatter-add gradient, a stored [.., V]
+    log-softmax and a separate argmax pass were each a trip over the largest tensor."""
+    logits = logits.astype(jnp.float32)
+    label_logit = jnp.sum(logits * jax.nn.one_hot(labels, logits.shape[-1], dtype=jnp.float32), -1)
+    nll = jax.nn.logsumexp(logits, axis=-1) - label_logit
+    correct = label_logit >= jnp.max(logits, axis=-1)
     return nll, correct.astype(jnp.float32)
 
 
