@@ -13,46 +13,15 @@ import sys
 
 import pytest
 from etils import epath
-from helpers import DATA, ROOT, load_task
+from helpers import DATA, ROOT
 from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
 from zhlm.finetune import tasks
 from zhlm.finetune.predict import predict_file
 from zhlm.finetune.task_model import TaskModel
 
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-from bench_predict import tiny_workdir  # noqa: E402 (tools/ is a script folder)
-
 CHUNK = 64
 REVIEWS = os.path.join(DATA, "chnsenticorp", "dev.tsv")
-
-
-def _workdir(root, name, **task):
-    config = load_task(name)
-    config.task.update(**task)
-    return tiny_workdir(str(root / name), config)
-
-
-MODELS = {
-    "classification": ("chnsenticorp", dict(max_seq_length=32)),
-    "ner": ("msra_ner", dict(max_seq_length=24, doc_stride=8)),
-    "mrc": ("cmrc2018", dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
-}
-
-
-@pytest.fixture(scope="module")
-def workdirs(tmp_path_factory):
-    """``workdirs[kind]``: a workdir with a random tiny model of that kind, made when first
-    asked for."""
-    root = tmp_path_factory.mktemp("models")
-
-    class Made(dict):
-        def __missing__(self, kind):
-            name, task = MODELS[kind]
-            self[kind] = _workdir(root, name, **task)
-            return self[kind]
-
-    return Made()
 
 
 @pytest.fixture(scope="module")
