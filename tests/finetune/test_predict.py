@@ -156,3 +156,16 @@ def test_a_table_named_txt_is_reported_line_by_line_as_plain_text(workdirs, tmp_
     table.write_text("1\t很好\n0\t太差\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"format text \(malformed_line=2\); .*tab-delim"):
         predict(workdirs["classification"], str(table), str(tmp_path / "out.jsonl"))
+
+
+def test_labels_of_inputs_to_predict_are_not_checked(classifier, tmp_path):
+    """A label column outside the run's labels (or '-') skips no input: predicting reads none."""
+    scored = tmp_path / "scored.tsv"
+    scored.write_text("label\ttext_a\n5\t很好\n-\t太差\n\t一般\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert predict_file(classifier, str(scored), str(out)) == 3
+    assert [json.loads(line)["text"] for line in open(out, encoding="utf-8")] == [
+        "很好",
+        "太差",
+        "一般",
+    ]
