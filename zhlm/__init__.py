@@ -1,8 +1,9 @@
 """zhlm: Chinese BERT-family language models (BERT, RoBERTa-wwm, ERNIE 1.0, SpanBERT, ALBERT,
 MacBERT) in JAX/Flax, from one encoder, one masking registry and one train step.
 
-``zhlm.from_hf`` / ``zhlm.to_hf`` are imported lazily so that data preparation processes,
-which never touch a model, do not pay for importing JAX and Flax.
+``zhlm.from_hf`` / ``zhlm.to_hf`` and ``zhlm.Predictor`` / ``zhlm.pipeline`` (a fine-tuned
+model predicting in memory) are imported lazily so that data preparation processes, which never
+touch a model, do not pay for importing JAX and Flax.
 """
 
 __version__ = "0.1.0"
@@ -13,6 +14,10 @@ def __getattr__(name):
         from zhlm import convert
 
         return convert.from_hf
+    if name == "Predictor":
+        from zhlm.finetune import predictor
+
+        return predictor.Predictor
     raise AttributeError(f"module 'zhlm' has no attribute {name!r}")
 
 
@@ -28,3 +33,11 @@ def to_hf(model, variables, config, path, vocab: str = ""):
 
         task = kinds.hf_export(config)
     return convert.to_hf(model, variables, config, path, task, vocab)
+
+
+def pipeline(source: str):
+    """A :class:`zhlm.Predictor` of ``source``, a zhlm-finetune workdir or its ``best/``:
+    ``zhlm.pipeline(workdir)("一段文字")`` (see ``zhlm.finetune.predictor``)."""
+    from zhlm.finetune import predictor
+
+    return predictor.pipeline(source)

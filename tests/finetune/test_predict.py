@@ -13,46 +13,15 @@ import sys
 
 import pytest
 from etils import epath
-from helpers import DATA, ROOT, load_task
+from helpers import DATA, ROOT
 from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
 from zhlm.finetune import tasks
-from zhlm.finetune.predict import predict_file
+from zhlm.finetune.predict import predict, predict_file
 from zhlm.finetune.task_model import TaskModel
-
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-from bench_predict import tiny_workdir  # noqa: E402 (tools/ is a script folder)
 
 CHUNK = 64
 REVIEWS = os.path.join(DATA, "chnsenticorp", "dev.tsv")
-
-
-def _workdir(root, name, **task):
-    config = load_task(name)
-    config.task.update(**task)
-    return tiny_workdir(str(root / name), config)
-
-
-MODELS = {
-    "classification": ("chnsenticorp", dict(max_seq_length=32)),
-    "ner": ("msra_ner", dict(max_seq_length=24, doc_stride=8)),
-    "mrc": ("cmrc2018", dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
-}
-
-
-@pytest.fixture(scope="module")
-def workdirs(tmp_path_factory):
-    """``workdirs[kind]``: a workdir with a random tiny model of that kind, made when first
-    asked for."""
-    root = tmp_path_factory.mktemp("models")
-
-    class Made(dict):
-        def __missing__(self, kind):
-            name, task = MODELS[kind]
-            self[kind] = _workdir(root, name, **task)
-            return self[kind]
-
-    return Made()
 
 
 @pytest.fixture(scope="module")
@@ -144,23 +113,59 @@ def test_a_cloud_output_is_uploaded_whole_and_never_continued(classifier, tmp_pa
         predict_file(classifier, reviews, "gs://bucket/out.jsonl", chunk=CHUNK)
 
 
+def _command(workdir, path, out):
+    """zhlm-predict's exit status and last line of stderr for ``path``."""
+    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={workdir}"]
+    cmd += [f"--input={path}", f"--output={out}"]
+    env = dict(os.environ, PYTHONPATH=ROOT)  # this checkout's zhlm, whatever is installed
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return done.returncode, done.stderr.strip().splitlines()[-1]
+
+
 def test_an_input_that_gives_no_record_exits_non_zero(workdirs, classifier, tmp_path):
-    """A NER model given plain sentences as ``tagged`` (every line malformed) through the
-    command: it used to write "0 predictions" and exit 0. An empty file, in process."""
+    """Through the command, naming its own flags: a NER model given plain sentences in a .txt
+    (read as its run's tagged files: every line malformed), and a classifier given a CSV
+    named .tsv. An empty file, in process."""
     plain = tmp_path / "plain.txt"
     plain.write_text("今天北京下雨。\n明天上海晴。\n")
     out = tmp_path / "out.jsonl"
-    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={workdirs['ner']}"]
-    cmd += [f"--input={plain}", f"--output={out}"]
-    env = dict(os.environ, PYTHONPATH=ROOT)  # this checkout's zhlm, whatever is installed
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert done.returncode != 0
-    (last,) = done.stderr.strip().splitlines()[-1:]
+    status, last = _command(workdirs["ner"], plain, out)
+    assert status != 0
     assert last.startswith(f"zhlm-predict: {plain}: no record could be read as format tagged")
-    assert "(malformed_line=1)" in last and "spans_jsonl" in last  # one sentence of two lines
+    assert "(malformed_line=1)" in last  # one sentence of two lines
+    assert "or text (a sentence a line" in last and last.endswith("fits, --format=NAME")
+    assert not out.exists()
+    commas = tmp_path / "reviews.tsv"
+    commas.write_text("".join(f"{i % 2},好评{i},第{i}条\n" for i in range(8)), encoding="utf-8")
+    status, last = _command(workdirs["classification"], commas, out)
+    assert status != 0 and "--config" not in last
+    assert last.startswith(f"zhlm-predict: {commas}: no record could be read as format tsv")
+    assert last.endswith("try --format=csv --text_fields=1")
     assert not out.exists()
     empty = tmp_path / "empty.tsv"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"empty.tsv: no record .*\(it holds none\); the file is"):
         predict_file(classifier, str(empty), str(out))
     assert not out.exists()
+
+
+def test_a_table_named_txt_is_reported_line_by_line_as_plain_text(workdirs, tmp_path):
+    """A .txt is plain text, one text a line: a table's lines (a label, a tab, a text) are
+    reported, never a label read as part of the text."""
+    table = tmp_path / "table.txt"
+    table.write_text("1\t很好\n0\t太差\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"format text \(malformed_line=2\); .*tab-delim"):
+        predict(workdirs["classification"], str(table), str(tmp_path / "out.jsonl"))
+
+
+def test_labels_of_inputs_to_predict_are_not_checked(classifier, tmp_path):
+    """A label column outside the run's labels (or '-') skips no input: predicting reads none."""
+    scored = tmp_path / "scored.tsv"
+    scored.write_text("label\ttext_a\n5\t很好\n-\t太差\n\t一般\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert predict_file(classifier, str(scored), str(out)) == 3
+    assert [json.loads(line)["text"] for line in open(out, encoding="utf-8")] == [
+        "很好",
+        "太差",
+        "一般",
+    ]

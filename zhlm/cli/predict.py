@@ -3,13 +3,18 @@
   zhlm-predict --workdir=/tmp/chnsenticorp --input=reviews.tsv --output=/tmp/preds.jsonl
   zhlm-predict --workdir=/tmp/msra --input=sentences.jsonl --format=spans_jsonl --output=ner.jsonl
 
+  zhlm-predict --workdir=/tmp/chnsenticorp --input=reviews.txt --output=/tmp/preds.jsonl
+
 ``--workdir`` is a zhlm-finetune workdir (its ``best/``) or the ``best/`` folder itself; the
-input is read like the run's data (``--format`` and ``--text_fields`` override the run's), with
-no labels needed. Predictions are written as the input is read, in input order; run again with
-the same ``--output``, a stopped run continues after its last complete record. An input that
-gives no record exits non-zero. Kept thin: :func:`zhlm.finetune.predict.predict`.
+input's format is ``--format``, else its extension's (``.txt`` is plain text, one input a
+line; ``.tsv .csv .jsonl .json .parquet``), else the run's; its fields are the run's unless
+``--text_fields`` names them; no labels are needed. Each output line holds the input and its
+prediction, in input order; run again with the same ``--output``, a stopped run continues
+after its last complete record. An input that gives no record exits non-zero with what to
+pass. Kept thin: :func:`zhlm.finetune.predict.predict`.
 """
 
+import re
 import sys
 
 from absl import app, flags, logging
@@ -21,7 +26,9 @@ _INPUT = flags.DEFINE_string("input", None, "File (or datasets folder) of inputs
 _OUTPUT = flags.DEFINE_string(
     "output", None, "Where to write the JSON lines; an existing one is continued, not overwritten."
 )
-_FORMAT = flags.DEFINE_string("format", "", "Input format (default: the run's task.format).")
+_FORMAT = flags.DEFINE_string(
+    "format", "", "Input format (default: the input's extension's, else the run's task.format)."
+)
 _TEXT_FIELDS = flags.DEFINE_list("text_fields", [], "Input text columns (names or positions).")
 flags.mark_flags_as_required(["workdir", "input", "output"])
 
@@ -35,8 +42,15 @@ def main(argv):
     try:
         n = predict(_WORKDIR.value, _INPUT.value, _OUTPUT.value, _FORMAT.value, _TEXT_FIELDS.value)
     except (ValueError, FileNotFoundError, KeyError) as e:
-        sys.exit(f"zhlm-predict: {e}")
+        sys.exit(f"zhlm-predict: {own_flags(str(e))}")
     print(f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record")
+
+
+def own_flags(message: str) -> str:
+    """``message`` with zhlm-predict's flags for the ``--config.task`` keys the readers name
+    (they serve zhlm-finetune too); the label's is dropped, since predicting reads no label."""
+    message = re.sub(r",? ?(and )?--config\.task\.label_field=\S+", "", message)
+    return re.sub(r"(--)?config\.task\.(format|text_fields)=", r"--\2=", message)
 
 
 def run():

@@ -34,6 +34,7 @@ from zhlm.finetune.report import (
     json_error,
     lines,
 )
+from zhlm.finetune.table_rows import PLAIN  # the same plain text format: a sentence a line
 
 Path = str | os.PathLike
 
@@ -50,8 +51,8 @@ OVERLAPPING_SPAN = "overlapping_span"  # overlaps an earlier span (span ignored)
 class NerExample:
     guid: str
     text: str
-    tags: tuple[str, ...]  # BIO, one per character of text
-    line: int  # the first line of the sentence (tag files) or its line (JSON lines)
+    tags: tuple[str, ...] = ()  # BIO, one per character of text
+    line: int = 0  # the first line of the sentence (tag files) or its line (JSON lines)
 
 
 @dataclasses.dataclass
@@ -232,6 +233,32 @@ def _to_bio(tags: list[str], spans: list, scheme: str, first: int, report) -> li
             )
             report.add(ILL_FORMED_ENTITY, first + start, message, dropped=False)
     return ner_metric.encode(spans, len(tags), "bio")
+
+
+def read_plain(path: Path, require_label: bool = False):
+    """Plain sentences, one a line (inputs to predict): examples whose tags are all ``O``."""
+    examples, report = iter_plain(path, require_label)
+    return finish(list(examples), report)
+
+
+def iter_plain(path: Path, require_label: bool = False):
+    """:func:`read_plain` a line at a time: ``(examples, report)``, the report complete once
+    the examples are. Blank lines are skipped, a line with a tab is reported: it is a tagged
+    file's (``char<TAB>tag``) or a table's."""
+    if require_label:
+        raise ValueError(f"{path}: format {PLAIN} holds no tags; train from tagged or spans_jsonl")
+    report = NerReadReport(os.fspath(path), scheme="none")
+    return counted(_plain_examples(path, report), report), report
+
+
+def _plain_examples(path: Path, report: ReadReport) -> Iterator[NerExample]:
+    name = os.path.basename(path)
+    for number, text in lines(path, report):
+        if "\t" in text:
+            message = "a tab in the line: format text is a sentence a line (char<TAB>tag: tagged)"
+            report.add(MALFORMED_LINE, number, message)
+            continue
+        yield NerExample(f"{name}:{number}", text, ("O",) * len(text), number)
 
 
 def read_spans_jsonl(path: Path) -> tuple[list[NerExample], NerReadReport]:

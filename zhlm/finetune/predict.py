@@ -7,7 +7,12 @@ So the input is read, predicted and written :data:`CHUNK` records at a time
 appended and flushed to disk (``fsync``) before the next is read: memory is bounded by the chunk
 whatever the file's size, and a stopped run leaves every finished record on disk. The records
 (:mod:`zhlm.finetune.task_model`) are one line per input record, in input order, each with the
-record's ``id``; this module knows nothing of task kinds.
+record's ``id`` and its inputs; this module knows nothing of task kinds.
+
+The input's format is ``--format`` if given, else the one its extension names (:data:`EXTENSIONS`)
+among those the task kind reads, else the run's: ``reviews.txt`` is plain text, a text a line (a
+pair: two texts split by a tab), for a model trained on TSV; a ``.txt`` stays ``tagged`` for an
+NER model trained on tagged files (``--format=text`` reads plain sentences).
 
 Run again with the same output, a stopped run continues: the complete lines already there are
 kept (a last line cut short by the stop is dropped), that many input records are skipped and
@@ -33,17 +38,41 @@ import shutil
 import tempfile
 
 from zhlm import paths
-from zhlm.finetune import tasks
+from zhlm.finetune import kinds, tasks
 from zhlm.finetune.task_model import TaskModel
 
 CHUNK = 1024  # input records read, predicted and written at a time
+# The formats a file extension may hold, the likelier first; the kind's formats choose.
+EXTENSIONS = {
+    ".txt": ("text", "tagged"),
+    ".tsv": ("tsv",),
+    ".csv": ("csv",),
+    ".jsonl": ("jsonl", "spans_jsonl"),
+    ".json": ("json", "squad"),
+    ".parquet": ("parquet",),
+}
 
 
 def predict(source: str, input_file: str, output: str, fmt: str = "", text_fields=()) -> int:
     """Writes predictions for ``input_file`` to ``output`` (JSON lines) with the model of
-    ``source`` (a fine-tuning workdir, or its ``best/``); returns how many the output holds,
-    one per input record."""
-    return predict_file(TaskModel.load(source, fmt, text_fields), input_file, output)
+    ``source`` (a fine-tuning workdir, or its ``best/``), reading it as ``fmt`` (empty: see
+    :func:`input_format`); returns how many the output holds, one per input record."""
+    model = TaskModel.load(source, text_fields=text_fields)
+    model.task.format = input_format(model.task, input_file, fmt)
+    return predict_file(model, input_file, output)
+
+
+def input_format(task, path: str, fmt: str = "") -> str:
+    """``fmt`` if given (one the kind reads), else the format of ``path``'s extension among the
+    kind's (the run's own where it is one of them), else the run's."""
+    formats = kinds.get(task.kind).formats
+    if fmt:
+        if fmt not in formats:
+            raise ValueError(f"--format={fmt}: kind {task.kind} reads {', '.join(formats)}")
+        return fmt
+    extension = os.path.splitext(os.fspath(path).lower())[1]
+    fits = [f for f in EXTENSIONS.get(extension, ()) if f in formats]
+    return task.format if task.format in fits or not fits else fits[0]
 
 
 def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CHUNK) -> int:

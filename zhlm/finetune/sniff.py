@@ -83,7 +83,10 @@ def _delimited(head: str, texts: int) -> str:
     try:
         delimiter = csv.Sniffer().sniff(sample, delimiters="".join(_DELIMITER_NAMES)).delimiter
     except csv.Error:
-        return "one field a line: no tab or comma between fields"
+        return (
+            "one field a line: no tab or comma between fields (plain text, a text a line, is "
+            "--config.task.format=text, for prediction)"
+        )
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     rows = [r for r in csv.reader(io.StringIO(sample), delimiter=delimiter, quoting=quoting) if r]
     header = rows[0] if rows and table_rows.is_header(rows[0]) else None

@@ -43,10 +43,10 @@ class MrcExample:
     qid: str
     question: str
     context: str
-    answers: tuple[MrcAnswer, ...]
-    title: str
-    context_id: str
-    line: int
+    answers: tuple[MrcAnswer, ...] = ()
+    title: str = ""
+    context_id: str = ""
+    line: int = 0
 
     @property
     def guid(self) -> str:

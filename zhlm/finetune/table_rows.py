@@ -22,7 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from zhlm.finetune.report import MALFORMED_LINE, PositionDecoder, json_error, lines, read_utf8
 
-DELIMITERS = {"tsv": "\t", "csv": ","}
+PLAIN = "text"  # plain text, one input a line: a pair's two texts split by a tab
+DELIMITERS = {"tsv": "\t", "csv": ",", PLAIN: "\t"}
 # Header names accepted for each field, so that CLUE, ERNIE, XNLI and HF exports all read.
 TEXT_NAMES = ("text_a", "text", "sentence", "sentence1", "s1", "premise", "question1", "query1")
 TEXT_NAMES += ("review", "content", "title", "query", "question")
@@ -48,6 +49,11 @@ def _delimited(fmt: str):
         return None, _chain([first], rows)
 
     return source
+
+
+def _text(path, report, names):
+    """Plain text, a record a line: never a header (the first line is a text like the rest)."""
+    return None, _csv_rows(path, report, DELIMITERS[PLAIN], True)
 
 
 def _csv_rows(path, report, delimiter, tsv) -> Iterator[tuple[int, list[str]]]:
@@ -81,9 +87,10 @@ def is_header(fields: Sequence[str], names: Iterable[str] = ()) -> bool:
 def fields_row(fields, header, layout, fmt, report, line) -> dict | None:
     """A TSV/CSV record as {column: field}, keyed by header name or else by position. It must
     have every column; a text in the last column takes any fields after it (THUCNews bodies hold
-    tabs, and so may a review), a record one field short or long is reported."""
+    tabs, and so may a review), a record one field short or long is reported. A plain text
+    line has exactly its texts: a tab more or less says that the file is a table."""
     keys = header or list(range(max(k for k in (*layout.texts, layout.label) if k is not None) + 1))
-    if len(fields) > len(keys) and keys[-1] in layout.texts:
+    if len(fields) > len(keys) and keys[-1] in layout.texts and fmt != PLAIN:
         fields = fields[: len(keys) - 1] + [DELIMITERS[fmt].join(fields[len(keys) - 1 :])]
     if len(fields) != len(keys):
         report.add(MALFORMED_LINE, line, _count_message(fields, len(keys), fmt))
@@ -92,7 +99,12 @@ def fields_row(fields, header, layout, fmt, report, line) -> dict | None:
 
 
 def _count_message(fields, expected, fmt) -> str:
-    kind = "tab" if fmt == "tsv" else "comma"
+    if fmt == PLAIN:
+        return (
+            f"{len(fields) - 1} tab(s) in the line; format text is one text a line (a pair: "
+            "two texts split by one tab), a table is format tsv"
+        )
+    kind = "comma" if fmt == "csv" else "tab"
     return f"{len(fields)} {kind}-separated fields, expected {expected}"
 
 
@@ -214,4 +226,5 @@ SOURCES = {
     "json": _json,
     "parquet": _parquet,
     "datasets": _datasets,
+    "text": _text,
 }

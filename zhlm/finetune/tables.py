@@ -15,6 +15,9 @@ Formats (``config.task.format``):
 * ``jsonl``: one JSON object per line; ``json``: one JSON list of objects.
 * ``parquet`` (pyarrow); ``datasets``: a folder that ``Dataset.save_to_disk`` wrote (one split;
   ``ClassLabel`` ids become their names, -1 no label). Their "line" is the 1-based row.
+* ``text``: plain text, one input a line, no header and no label (inputs to predict): the line
+  is the text, or for a pair the texts before and after its tab; a line with another number of
+  tabs is reported (the file is likely a table, e.g. with a label column).
 
 Where the fields are: names, or 0-based column positions for files without a header. Left
 empty, a header row (or the JSON keys) is searched for the usual names (``label``, ``text_a``,
@@ -43,13 +46,14 @@ from zhlm.finetune.report import (
 from zhlm.finetune.table_rows import (
     DELIMITERS,
     LABEL_NAMES,
+    PLAIN,
     SOURCES,
     TEXT_B_NAMES,
     TEXT_NAMES,
     fields_row,
 )
 
-FORMATS = tuple(SOURCES)  # tsv, csv, jsonl, json, parquet, datasets
+FORMATS = tuple(SOURCES)  # tsv, csv, jsonl, json, parquet, datasets, text (PLAIN)
 _NO_GOLD = "-"
 
 
@@ -57,8 +61,8 @@ _NO_GOLD = "-"
 class SentenceExample:
     guid: str
     text: str
-    label: str | None
-    line: int
+    label: str | None = None
+    line: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +70,8 @@ class PairExample:
     guid: str
     text_a: str
     text_b: str
-    label: str | None
-    line: int
+    label: str | None = None
+    line: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +111,13 @@ def iter_table(
         raise ValueError(f"config.task.text_fields={texts}: this task reads {n_texts} text(s)")
     columns, rows = SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
     default = Layout(tuple(range(n_texts)), n_texts)
-    layout = _layout(path, columns, texts, label, default, n_texts, require_label)
+    if fmt == PLAIN:
+        if require_label:
+            labelled = ", ".join(f for f in FORMATS if f != PLAIN)
+            raise ValueError(f"{path}: format text holds no labels; train from {labelled}")
+        layout = Layout(default.texts, None)  # the line is the text(s): no field to name
+    else:
+        layout = _layout(path, columns, texts, label, default, n_texts, require_label)
     example = PairExample if n_texts == 2 else SentenceExample
     examples = _examples(path, fmt, rows, columns, layout, labels, require_label, example, report)
     return counted(examples, report), report
@@ -168,9 +178,12 @@ def _layout(path, columns, texts, label, default, n_texts, require_label) -> Lay
     if not texts:
         texts = default_texts(columns, label, n_texts)
     if len(texts) != n_texts or (label is None and require_label):
+        flags = "--config.task.text_fields=NAME[,NAME]"
+        if require_label:
+            flags += " and --config.task.label_field=NAME"
+        what = " and the label" if require_label else ""
         raise ValueError(
-            f"{path}: which columns hold the text(s) and the label? It has {columns}: pass "
-            "--config.task.text_fields=NAME[,NAME] and --config.task.label_field=NAME"
+            f"{path}: which columns hold the text(s){what}? It has {columns}: pass {flags}"
         )
     return Layout(texts, label)
 

@@ -5,7 +5,8 @@ Why apart from the file front end (:mod:`zhlm.finetune.predict`): loading the pa
 tokenizer and the jitted forward pass is done once, while prediction comes a chunk at a time,
 from a file or from memory. :func:`_records` asks the task kind (``zhlm.finetune.kinds``) to
 featurize, decode and make the records; whatever feeds it examples knows no kind. Each record
-has the example's ``id`` and
+has the example's ``id``, its inputs (``text``; ``text_a`` and ``text_b``; ``question`` and
+``context``: :func:`zhlm.finetune.kinds.base.input_fields`), and
 
 * classification / pair: ``label`` and ``probabilities`` (label -> softmax probability);
 * mrc: ``answer`` and ``score`` (the span's start + end logit; questions without any allowed
@@ -23,6 +24,7 @@ import jax
 
 from zhlm import workdir as layout
 from zhlm.finetune import batching, kinds, tasks
+from zhlm.finetune.kinds.base import input_fields
 from zhlm.finetune.train import load_finetuned
 from zhlm.train.checkpoint import VOCAB
 
@@ -61,10 +63,7 @@ class TaskModel:
 
     def predict(self, examples) -> list[dict]:
         """One record per example (see the module docstring), in the examples' order."""
-        records = _records(self.task, examples, self.tokenizer, self._forward, self.config)
-        if len(records) != len(examples):  # the file front end relies on one line per input
-            raise RuntimeError(f"{len(records)} predictions for {len(examples)} inputs")
-        return records
+        return _records(self.task, examples, self.tokenizer, self._forward, self.config)
 
 
 def _inputs(batch):
@@ -80,4 +79,7 @@ def _records(task, examples, tokenizer, forward, config) -> list[dict]:
         features.arrays,
         config.train.batch_size,
     )
-    return kind.records(examples, kind.decode(features, outputs, examples, task), task)
+    records = kind.records(examples, kind.decode(features, outputs, examples, task), task)
+    if len(records) != len(examples):  # the file front end relies on one line per input
+        raise RuntimeError(f"{len(records)} predictions for {len(examples)} inputs")
+    return [{"id": r["id"], **input_fields(e), **r} for e, r in zip(examples, records, strict=True)]

@@ -86,7 +86,10 @@ def no_records(task, path: str, report) -> ValueError:
     elif looks:
         hint = f"the file looks like: {looks}"
     else:
-        hint = f"kind {task.kind} reads {kind.describe_formats()}: give the format that fits"
+        formats = kind.describe_formats()
+        hint = (
+            f"kind {task.kind} reads {formats}: pass the one that fits, --config.task.format=NAME"
+        )
     return ValueError(f"{path}: no record could be read as format {task.format}{found}; {hint}")
 
 

@@ -8,7 +8,13 @@ read -> resolve (what the training file settles) -> featurize -> model / loss on
 device_outputs -> decode (predictions in input order) -> score / records / write_dev.
 
 Nothing outside ``zhlm.finetune.kinds`` compares a kind by name: training, evaluation,
-``zhlm-predict``, the diagnostics and the Hugging Face export ask the kind.
+``zhlm-predict``, ``zhlm.Predictor``, the diagnostics and the Hugging Face export ask the kind.
+
+An example is a frozen dataclass whose first field is its id and whose fields without a default
+are its inputs (a text, a pair, a question and its context); the gold fields (label, answers,
+tags) and ``line`` have defaults. So one rule builds examples from in-memory records
+(:meth:`TaskKind.examples_from`) and puts each example's inputs into its prediction record
+(:func:`input_fields`), whatever the kind.
 """
 
 from __future__ import annotations
@@ -50,6 +56,43 @@ class TaskKind(abc.ABC):
         formats can be read a record at a time override it, the rest read the file whole."""
         examples, report = self.read(path, task, require_label)
         return iter(examples), report
+
+    def example_type(self, task) -> type | None:
+        """The dataclass of this kind's examples (see the module docstring), which
+        :meth:`examples_from` builds; None: the kind takes no in-memory inputs."""
+        return None
+
+    def examples_from(self, records, task) -> list:
+        """Examples of in-memory inputs (``zhlm.Predictor``): each record a dict holding the
+        example class's inputs (:func:`required_fields`) and optionally an ``id`` (default: its
+        position in ``records``, from 0); other keys (a label) are not read, the gold fields
+        take their defaults. Kinds whose examples need more than their inputs (NER's tags)
+        override it and call this."""
+        cls = self.example_type(task)
+        if cls is None:
+            raise ValueError(f"kind {self.name} takes no in-memory inputs: predict from a file")
+        id_field, *inputs = required_fields(cls)
+        examples, ids = [], set()
+        for index, record in enumerate(records):
+            where = f"input {index}"
+            if not isinstance(record, dict) or any(name not in record for name in inputs):
+                got = (
+                    f"has fields {sorted(record)}"
+                    if isinstance(record, dict)
+                    else f"is a {type(record).__name__}"
+                )
+                raise ValueError(f"{where} {got}; kind {self.name} reads {_spell(inputs)}")
+            for name in inputs:
+                value = record[name]
+                if _declared_str(cls, name) and not (isinstance(value, str) and value.strip()):
+                    raise ValueError(f"{where}: {name} is {value!r}; give a non-empty string")
+            key = str(record.get("id", index))
+            if key in ids:
+                raise ValueError(f"{where}: id {key!r} given twice; give each input its own")
+            ids.add(key)
+            values = {name: record[name] for name in inputs}
+            examples.append(cls(**{id_field: key}, **values, **_line(cls, index + 1)))
+        return examples
 
     def describe_formats(self) -> str:
         """The formats it reads, for an error about a file none of them could read."""
@@ -129,6 +172,34 @@ class TaskKind(abc.ABC):
     def hf_config(self, task) -> dict:
         """Extra ``config.json`` entries of the Hugging Face export."""
         return {}
+
+
+def required_fields(cls) -> tuple[str, ...]:
+    """The fields of example class ``cls`` without a default: its id, then its inputs."""
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+
+
+def input_fields(example) -> dict:
+    """``{name: value}`` of an example's inputs (see the module docstring), which every
+    prediction record repeats so that it can be read without its input."""
+    return {name: getattr(example, name) for name in required_fields(type(example))[1:]}
+
+
+def _declared_str(cls, name: str) -> bool:
+    (field,) = [f for f in dataclasses.fields(cls) if f.name == name]
+    return field.type in (str, "str")
+
+
+def _line(cls, line: int) -> dict:
+    return {"line": line} if "line" in {f.name for f in dataclasses.fields(cls)} else {}
+
+
+def _spell(names) -> str:
+    return "{" + ", ".join(f'"{name}": ...' for name in names) + "}"
 
 
 def label_config(labels) -> dict:

@@ -68,6 +68,9 @@ class Classification(TaskKind):
     def stream(self, path, task, require_label=True):
         return tables.iter_table(path, task.format, self.texts, *_fields(task, require_label))
 
+    def example_type(self, task):
+        return tables.PairExample if self.texts == 2 else tables.SentenceExample
+
     def unreadable(self, path, task):
         return sniff.describe(path, self.texts)
 
@@ -107,7 +110,8 @@ class Classification(TaskKind):
             )
 
     def featurize(self, examples, tokenizer, task, training):
-        arrays = classification_features(examples, tokenizer, task.labels, task.max_seq_length)
+        args = (tokenizer, task.labels, task.max_seq_length, training)
+        arrays = classification_features(examples, *args)
         return LabelledFeatures(arrays, tuple(task.labels))
 
     def model(self, cfg, task):
@@ -164,9 +168,12 @@ def _label_order(label: str):
     return (0, int(label), "") if label.lstrip("-").isdigit() else (1, 0, label)
 
 
-def classification_features(examples, tokenizer, labels: Sequence[str], max_seq_length: int):
+def classification_features(
+    examples, tokenizer, labels: Sequence[str], max_seq_length: int, strict: bool = True
+):
     """``input_ids, token_type_ids, attention_mask`` [N,S] and ``label`` [N] for sentence or
-    pair examples (a pair has ``text_b``); label ids follow the order of ``labels``."""
+    pair examples (a pair has ``text_b``); label ids follow the order of ``labels``. A label
+    outside them fails when ``strict``, else is -1 (inputs to predict may carry any label)."""
     cls, sep, pad = special_ids(tokenizer)
     pair = bool(examples) and hasattr(examples[0], "text_b")
     encoded_a = tokenizer.encode_batch([e.text_a if pair else e.text for e in examples])
@@ -187,13 +194,20 @@ def classification_features(examples, tokenizer, labels: Sequence[str], max_seq_
         ids[row, : len(tokens)] = tokens
         mask[row, : len(tokens)] = 1
     # No label (inputs to predict): -1, which no loss or metric ever reads.
-    label = np.array([-1 if e.label is None else label_index[e.label] for e in examples], np.int32)
+    unknown = None if strict else -1
+    label = [-1 if e.label is None else label_index.get(e.label, unknown) for e in examples]
+    if None in label:
+        e = examples[label.index(None)]
+        raise ValueError(f"{e.guid}: label {e.label!r} not in {list(labels)}")
+    label = np.array(label, np.int32)
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask, label=label)
 
 
 def _fields(task, require_label):
-    """``iter_table``'s arguments after ``texts``: the fields, the labels (empty: any)."""
-    return task.text_fields, task.label_field, list(task.labels) or None, require_label
+    """``iter_table``'s arguments after ``texts``: the fields, the labels (empty: any; inputs
+    to predict are not checked: their labels, if any, are not read)."""
+    labels = list(task.labels) or None if require_label else None
+    return task.text_fields, task.label_field, labels, require_label
 
 
 def _warn_rare(path, train, counts):

@@ -243,6 +243,9 @@ class Mrc(TaskKind):
     def describe_formats(self):
         return "format squad (SQuAD v1 JSON: data, paragraphs, qas)"
 
+    def example_type(self, task):
+        return squad.MrcExample
+
     def group(self, example):
         return _passage(example)
 

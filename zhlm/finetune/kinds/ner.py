@@ -37,7 +37,7 @@ class TokenClassifier(SequenceClassifier):
 @dataclasses.dataclass(frozen=True)
 class Ner(TaskKind):
     name: str = "ner"
-    formats: tuple[str, ...] = ("tagged", "spans_jsonl")
+    formats: tuple[str, ...] = ("tagged", "spans_jsonl", ner_files.PLAIN)
     metric: str = "f1"
     head: str = layout.CLASSIFIER
     hf_class: str = "ForTokenClassification"
@@ -45,18 +45,30 @@ class Ner(TaskKind):
     def read(self, path, task, require_label=True):
         if task.format == "tagged":
             return ner_files.read_tagged(path, task.scheme)
+        if task.format == ner_files.PLAIN:
+            return ner_files.read_plain(path, require_label)
         return ner_files.read_spans_jsonl(path)
 
     def stream(self, path, task, require_label=True):
         if task.format == "tagged":  # reads the file twice: the scheme first, then sentences
             return ner_files.iter_tagged(path, task.scheme)
+        if task.format == ner_files.PLAIN:
+            return ner_files.iter_plain(path, require_label)
         return ner_files.iter_spans_jsonl(path)
 
     def describe_formats(self):
         return (
-            "format tagged (char<TAB>tag lines, a blank line after each sentence) or "
-            'spans_jsonl (JSON lines with a "text")'
+            "format tagged (char<TAB>tag lines, a blank line after each sentence), "
+            'spans_jsonl (JSON lines with a "text") or text (a sentence a line, to predict)'
         )
+
+    def example_type(self, task):
+        return ner_files.NerExample
+
+    def examples_from(self, records, task):
+        # No tags to read: each character's is O, as in a spans_jsonl record without a label.
+        examples = super().examples_from(records, task)
+        return [dataclasses.replace(e, tags=("O",) * len(e.text)) for e in examples]
 
     def resolve(self, task, train):
         if not task.labels:

@@ -1,0 +1,115 @@
+"""``zhlm.Predictor``: a str, a list of texts, pairs and dicts give, for each kind, what
+zhlm-predict writes for a file of the same inputs (a plain ``.txt`` read without ``--format``,
+a SQuAD file for MRC), with the input in every result; inputs that do not fit the kind fail
+with what it predicts.
+
+The models are random tiny ones (``workdirs`` in conftest): what is under test is that memory
+and files go through the same code, not accuracy.
+"""
+
+import json
+
+import pytest
+
+import zhlm
+from zhlm.finetune.predict import predict
+
+REVIEWS = ["这家酒店很干净，服务也好。", "房间太小了，不推荐。", "一般般吧"]
+PAIRS = [("今天几号", "今天是几号"), ("北京天气怎么样", "上海几点了")]
+SENTENCES = ["张三在北京大学读书。", "李四去了上海。"]
+
+
+def _written(workdir, lines, tmp_path, name, fmt=""):
+    """zhlm-predict's records for a file of ``lines`` named ``name``."""
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / f"{name}.jsonl"
+    n = predict(workdir, str(path), str(out), fmt)
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == n
+    return records
+
+
+def _same_classes(results, records):
+    assert [r["label"] for r in results] == [r["label"] for r in records]
+    for ours, theirs in zip(results, records, strict=True):
+        assert ours["probabilities"] == pytest.approx(theirs["probabilities"], rel=1e-5)
+
+
+def test_texts_in_memory_are_classified_as_a_plain_text_file_is(workdirs, tmp_path):
+    written = _written(workdirs["classification"], REVIEWS, tmp_path, "reviews.txt")
+    assert [r["id"] for r in written] == ["reviews.txt:1", "reviews.txt:2", "reviews.txt:3"]
+    assert [r["text"] for r in written] == REVIEWS
+    predictor = zhlm.pipeline(workdirs["classification"])
+    assert isinstance(predictor, zhlm.Predictor) and predictor.inputs == ("text",)
+    results = predictor(REVIEWS)
+    _same_classes(results, written)
+    one = predictor(REVIEWS[1])
+    assert set(one) == {"text", "label", "probabilities"} and one["text"] == REVIEWS[1]
+    assert list(one["probabilities"]) == list(predictor.task.labels)
+    assert sum(one["probabilities"].values()) == pytest.approx(1.0)
+    _same_classes([one], written[1:2])
+    records = predictor.predict(
+        [{"text": t, "id": f"r{i}", "label": "?"} for i, t in enumerate(REVIEWS)]
+    )
+    assert [r["id"] for r in records] == ["r0", "r1", "r2"]
+    _same_classes(records, written)
+
+
+def test_pairs_in_memory_are_classified_as_tab_separated_lines_are(workdirs, tmp_path):
+    lines = [f"{a}\t{b}" for a, b in PAIRS]
+    written = _written(workdirs["pair"], lines, tmp_path, "pairs.txt")
+    assert len(written) == len(PAIRS)
+    assert [(r["text_a"], r["text_b"]) for r in written] == PAIRS
+    predictor = zhlm.pipeline(workdirs["pair"])
+    assert predictor.inputs == ("text_a", "text_b")
+    _same_classes(predictor(PAIRS), written)
+    _same_classes(predictor([dict(text_a=a, text_b=b) for a, b in PAIRS]), written)
+    _same_classes([predictor(PAIRS[1])], written[1:])
+    with pytest.raises(ValueError, match=r"input 0 is a str; kind pair predicts a tuple \(text_a"):
+        predictor(["今天几号"])
+
+
+def test_sentences_in_memory_get_the_entities_of_a_plain_text_file(workdirs, tmp_path):
+    # A .txt stays format tagged for a model trained on tagged files: --format=text.
+    written = _written(workdirs["ner"], SENTENCES, tmp_path, "sentences.txt", fmt="text")
+    assert [r["text"] for r in written] == SENTENCES
+    predictor = zhlm.pipeline(workdirs["ner"])
+    results = predictor(SENTENCES)
+    assert results == [{k: v for k, v in r.items() if k != "id"} for r in written]
+    assert predictor({"text": SENTENCES[0]}) == results[0]
+    for result in results:
+        assert all(result["text"][e["start"] : e["end"]] == e["text"] for e in result["entities"])
+
+
+def test_questions_in_memory_get_the_answers_of_a_squad_file(workdirs, tmp_path):
+    context = "张三在北京大学读书，毕业后去了上海工作。"
+    questions = ["张三在哪里读书？", "张三毕业后去了哪里？"]
+    qas = [dict(id=f"q{i}", question=q, answers=[]) for i, q in enumerate(questions)]
+    squad = dict(data=[dict(title="", paragraphs=[dict(context=context, qas=qas)])])
+    written = _written(workdirs["mrc"], [json.dumps(squad, ensure_ascii=False)], tmp_path, "q.json")
+    predictor = zhlm.pipeline(workdirs["mrc"])
+    assert predictor.inputs == ("question", "context")
+    results = predictor([(q, context) for q in questions])
+    assert [r["answer"] for r in results] == [r["answer"] for r in written]
+    assert [r["score"] for r in results] == pytest.approx([r["score"] for r in written], rel=1e-5)
+    assert results[0]["question"] == questions[0] and results[0]["context"] == context
+    assert written[0]["question"] == questions[0] and written[0]["id"] == "q0"
+
+
+def test_inputs_that_do_not_fit_the_kind_say_what_it_predicts(workdirs):
+    predictor = zhlm.pipeline(workdirs["classification"])
+    with pytest.raises(
+        ValueError, match=r"input 0 is a tuple of 2; kind classification predicts a str"
+    ):
+        predictor(("很好", "不好"))
+    with pytest.raises(
+        ValueError, match=r"input 1 has fields \['txt'\]; .* reads \{\"text\": \.\.\.\}"
+    ):
+        predictor([{"text": "好"}, {"txt": "好"}])
+    with pytest.raises(ValueError, match="input 0: text is ' '; give a non-empty string"):
+        predictor([" "])
+    with pytest.raises(ValueError, match="input 1: id 'a' given twice"):
+        predictor([{"text": "好", "id": "a"}, {"text": "坏", "id": "a"}])
+    with pytest.raises(TypeError, match="a int to predict; kind classification predicts"):
+        predictor(3)

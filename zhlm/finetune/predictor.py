@@ -1,0 +1,90 @@
+"""``zhlm.Predictor``: a fine-tuned model loaded once, predicting Python objects in memory.
+
+  predictor = zhlm.pipeline("/tmp/cs")      # a zhlm-finetune workdir or its best/ folder
+  predictor("酒店很干净，服务也好")            # {"text": ..., "label": "1", "probabilities": {...}}
+  predictor(["很好", "太差了"])               # a list gives a list of results, in its order
+  zhlm.pipeline("/tmp/qm")([("几点了", "现在几点")])          # pairs
+  zhlm.pipeline("/tmp/cmrc")({"question": q, "context": c})  # records by field name
+
+Why a layer over :class:`~zhlm.finetune.task_model.TaskModel`: it turns Python objects into the
+task kind's examples and nothing else, so that a result is what ``zhlm-predict`` writes for the
+same input in a file (the same featurize, forward pass, decode and records). An input is a
+record of the kind's input fields (:attr:`Predictor.inputs`: ``text``; ``text_a, text_b``;
+``question, context``): a ``str`` is the one input of a single-text kind, a ``tuple`` the
+inputs in that order, a ``dict`` names them (and may give an ``id``). The kind builds the
+examples (``TaskKind.examples_from``). Each result holds its input fields and the prediction
+(``label`` and ``probabilities``; ``answer`` and ``score``; ``entities``), and the ``id`` where
+the input gave one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from zhlm.finetune import kinds
+from zhlm.finetune.kinds.base import required_fields
+from zhlm.finetune.task_model import TaskModel
+
+CHUNK = 1024  # examples featurized at a time, so that a long list needs no more memory
+
+
+class Predictor:
+    """A fine-tuned model of ``source`` (a zhlm-finetune workdir or its ``best/``), loaded once;
+    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring)."""
+
+    def __init__(self, source: str):
+        self.model = TaskModel.load(source)
+        self._kind = kinds.get(self.task.kind)
+
+    @property
+    def task(self):
+        """The run's ``config.task``: kind, labels and the featurization options."""
+        return self.model.task
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input fields of an example, in the order a tuple gives them."""
+        cls = self._kind.example_type(self.task)
+        if cls is None:
+            raise ValueError(f"kind {self.task.kind} takes no in-memory inputs: use zhlm-predict")
+        return required_fields(cls)[1:]
+
+    def predict(self, inputs):
+        """One result for a ``str``, ``tuple`` or ``dict``; a list of results, in order, for a
+        list (or any other iterable) of them."""
+        single = isinstance(inputs, (str, tuple, dict))
+        if not single and not isinstance(inputs, Iterable):
+            raise TypeError(f"a {type(inputs).__name__} to predict; {self._expected()}")
+        records = [self._record(i, x) for i, x in enumerate([inputs] if single else inputs)]
+        examples = self._kind.examples_from(records, self.task)
+        results = []
+        for start in range(0, len(examples), CHUNK):
+            results += self.model.predict(examples[start : start + CHUNK])
+        for record, result in zip(records, results, strict=True):
+            if "id" not in record:
+                del result["id"]  # the position, which the caller already knows
+        return results[0] if single else results
+
+    __call__ = predict
+
+    def _record(self, index: int, item) -> dict:
+        names = self.inputs
+        if isinstance(item, dict):
+            return item
+        if isinstance(item, str) and len(names) == 1:
+            return {names[0]: item}
+        if isinstance(item, tuple) and len(item) == len(names):
+            return dict(zip(names, item, strict=True))
+        size = f" of {len(item)}" if isinstance(item, tuple) else ""
+        raise ValueError(f"input {index} is a {type(item).__name__}{size}; {self._expected()}")
+
+    def _expected(self) -> str:
+        names = self.inputs
+        one = f"a tuple ({', '.join(names)})" if len(names) > 1 else f"a str (its {names[0]})"
+        fields = ", ".join(f'"{name}": ...' for name in names)
+        return f"kind {self.task.kind} predicts {one} or a dict {{{fields}}}, or a list of them"
+
+
+def pipeline(source: str) -> Predictor:
+    """:class:`Predictor` of ``source``, in the spirit of ``transformers.pipeline``."""
+    return Predictor(source)
