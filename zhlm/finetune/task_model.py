@@ -12,6 +12,8 @@ has the example's ``id``, its inputs (``text``; ``text_a`` and ``text_b``; ``que
 * mrc: ``answer`` and ``score`` (the span's start + end logit; questions without any allowed
   span get ``""`` and no score);
 * ner: ``text`` and ``entities`` (``type``, ``start``, ``end``, ``text``; end exclusive).
+* multiple_choice: ``answer`` (the chosen option), ``option`` (its index) and
+  ``probabilities`` (one per option).
 
 The model, its label set, tokenizer (the ``vocab.txt`` saved in ``best/``) and featurization
 options come from the fine-tuning run; ``task.format`` is the run's unless the caller names

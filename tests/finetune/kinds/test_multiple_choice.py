@@ -162,3 +162,13 @@ def test_c3_fine_tunes_end_to_end_and_predicts_the_dev_questions(tmp_path):
     for r, e in zip(records, examples, strict=False):
         assert r["answer"] == e.options[r["option"]] and len(r["probabilities"]) == len(e.options)
         assert abs(sum(r["probabilities"]) - 1) < 1e-5
+        assert (r["passage"], r["question"], r["options"]) == (e.passage, e.question, e.options)
+
+    import zhlm
+
+    first = examples[0]
+    by_tuple = zhlm.pipeline(str(tmp_path / "c3"))((first.passage, first.question, first.options))
+    assert by_tuple["answer"] == records[0]["answer"] and "id" not in by_tuple
+    np.testing.assert_allclose(by_tuple["probabilities"], records[0]["probabilities"], atol=1e-6)
+    alone = zhlm.pipeline(str(tmp_path / "c3"))({"question": "哪个?", "options": ["甲", "乙"]})
+    assert alone["answer"] in ("甲", "乙") and alone["passage"] == ""

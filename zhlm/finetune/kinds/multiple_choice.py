@@ -49,9 +49,9 @@ class ChoiceExample:
     passage: str  # "" when the question stands alone
     question: str
     options: tuple[str, ...]
-    label: int | None  # the answer's option index; None: unlabelled (inputs to predict)
-    line: int | None
-    passage_id: str  # questions on one passage share it (a holdout keeps them together)
+    label: int | None = None  # the answer's option index; None: unlabelled (inputs to predict)
+    line: int | None = None
+    passage_id: str = ""  # questions on one passage share it (a holdout keeps them together)
 
 
 class ChoiceScorer(Model):
@@ -89,6 +89,32 @@ class MultipleChoice(TaskKind):
             "format c3 (C3's JSON: [[passage sentences], [{question, choice, answer}], id]) or "
             'jsonl (a record a line with "question", "options" and "answer")'
         )
+
+    def example_type(self, task):
+        return ChoiceExample
+
+    def examples_from(self, records, task):
+        """As the base's, with ``options`` a non-empty list of strings (kept as a tuple) and
+        ``passage`` optional (a question may stand alone)."""
+        passages = [r.get("passage") or "" if isinstance(r, dict) else "" for r in records]
+        for index, passage in enumerate(passages):
+            if not isinstance(passage, str):
+                raise ValueError(f"input {index}: passage is {passage!r}; give a string")
+        # The base checks the required fields; an absent passage must not fail it.
+        stand_in = [dict(r, passage="-") if isinstance(r, dict) else r for r in records]
+        examples = super().examples_from(stand_in, task)
+        for index, e in enumerate(examples):
+            options = e.options
+            if (
+                not isinstance(options, list | tuple)
+                or not options
+                or not all(isinstance(o, str) for o in options)
+            ):
+                raise ValueError(f"input {index}: options is {options!r}; give a list of strings")
+        return [
+            dataclasses.replace(e, passage=p, options=tuple(e.options))
+            for e, p in zip(examples, passages, strict=True)
+        ]
 
     def resolve(self, task, train):
         if not task.num_choices:
