@@ -196,7 +196,9 @@ def _task():
             label_field="",  # its label column, name or position (empty: header "label"/last)
             train_file="",  # training data: a file (a folder for format datasets), or several a,b
             dev_file="",  # evaluation data, as train_file (empty when holdout > 0)
-            holdout=0.0,  # > 0: the last fraction of train_file (passages for mrc) evaluates
+            # > 0: this share of train_file evaluates, drawn (seeded) within each label; mrc
+            # and multiple_choice hold out whole passages
+            holdout=0.0,
             # Label strings in the order of the classifier outputs (not mrc); ner: BIO tags.
             # Empty: from the training file (sorted, numbers numerically; ner: O, then B-/I-
             # per type), printed with counts; evaluation labels outside it are reported.

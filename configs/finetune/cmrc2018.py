@@ -5,9 +5,9 @@
   zhlm-cmrc-eval /tmp/cmrc/eval_set.json /tmp/cmrc/predictions_dev.json
 
 Data: GitHub ymcui/cmrc2018, ``squad-style-data/`` (``cmrc2018_train.json``, ``_dev``, ``_trial``;
-SQuAD v1 JSON). The recipe here has only the dev file, split by passage in file order:
-the first 80% of the 848 passages (678, with their questions) train, the last 20% (170)
-evaluate (``task.holdout=0.2``); no passage is in both. Scored with the official metric
+SQuAD v1 JSON). The recipe here has only the dev file, split by passage: 20% of the 848
+passages (170, with their 656 questions), drawn with a fixed seed, evaluate, the other 678
+(2,563 questions) train (``task.holdout=0.2``); no passage is in both. Scored with the official metric
 against all three references of each question. Max length 512, doc stride 128, query 64,
 answers up to 30 tokens (BERT's run_squad defaults), lr 3e-5, batch 32, 2 epochs.
 With the training file: ``--config.task.train_file=cmrc2018_train.json

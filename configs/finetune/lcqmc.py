@@ -6,8 +6,8 @@
 Data: LCQMC (Liu et al., COLING 2018), ``question1<TAB>question2<TAB>label`` without a header
 (label last, read by position); the official release is on request from HIT Shenzhen (ICRC),
 and GitHub IceFlameWorm/NLP_Datasets has ``LCQMC/{train,dev,test}.txt``. The recipe here has
-only the dev file (8,802 pairs), split in file order: the first 80% (7,042 pairs) train, the
-last 20% (1,760) evaluate (``task.holdout=0.2``; both halves are close to balanced), so its
+only the dev file (8,802 pairs), split at random with a fixed seed within each label: 7,042
+pairs train, 1,760 (880 of each label) evaluate (``task.holdout=0.2``), so its
 numbers are not comparable with the papers' test-set figures. With the full release:
 ``--config.task.train_file=LCQMC/train.txt --config.task.dev_file=LCQMC/dev.txt
 --config.task.holdout=0``. A CSV with a ``sentence1,sentence2,label`` header: add

@@ -21,9 +21,12 @@ def task_of(tmp_path, rows, holdout=0.2):
     return config
 
 
-def test_a_label_sorted_file_cut_by_holdout_is_refused(tmp_path):
+def test_a_label_sorted_file_keeps_both_classes_and_one_class_is_refused(tmp_path):
     rows = [("0", f"差评{i}") for i in range(20)] + [("1", f"好评{i}") for i in range(5)]
-    with pytest.raises(ValueError, match="every training record has label '0' after config"):
+    train, held, _ = tasks.read_task(task_of(tmp_path, rows).task)
+    assert [e.label for e in held].count("1") == 1 and [e.label for e in train].count("1") == 4
+    rows = [("0", f"差评{i}") for i in range(20)]
+    with pytest.raises(ValueError, match="every training record has label '0'; a classifier"):
         tasks.read_task(task_of(tmp_path, rows).task)
 
 

@@ -1,5 +1,6 @@
 """The task configs on the shared data, the holdout split and a missing file."""
 
+import collections
 import os
 
 import pytest
@@ -27,11 +28,15 @@ def test_task_configs_load_and_point_at_the_shared_data(name):
         config.task.max_seq_len = 64  # locked: a typo is an error, not a new key
 
 
-def test_holdout_splits_are_deterministic_and_keep_passages_whole():
+def test_holdout_splits_are_seeded_stratified_draws_and_keep_passages_whole():
     lcqmc = load_task("lcqmc")
     train, held, _ = tasks.read_task(lcqmc.task)
     assert (len(train), len(held)) == (7042, 1760)
-    assert train[-1].line + 1 == held[0].line  # first 80% of the file, then the rest
+    assert collections.Counter(e.label for e in held) == {"0": 880, "1": 880}  # 4400 / 4402
+    lines = [e.line for e in held]
+    assert lines == sorted(lines) and lines[-1] - lines[0] > 8000  # drawn over the whole file
+    again, _, _ = tasks.read_task(load_task("lcqmc").task)
+    assert [e.line for e in again] == [e.line for e in train]
     train, held, _ = tasks.read_task(load_task("cmrc2018").task)
     passages = {e.context for e in train}, {e.context for e in held}
     assert (len(passages[0]), len(passages[1])) == (678, 170)

@@ -10,8 +10,8 @@ that any file size fits in the same memory. A file's report is printed once: by 
 zhlm-predict after the last record.
 
 Why the split helper: LCQMC and CMRC 2018 have no offline training file, so a config may hold
-out the *last* fraction of one file (records, or whole passages for MRC so that no passage is in
-both halves). Deterministic and documented in the config, so every run sees the same halves.
+out a fraction of one file: records drawn at random within each label, or whole passages for
+MRC so that no passage is in both halves. The draw is seeded, so every run sees the same halves.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from zhlm import paths
 from zhlm.data.tokenizer import WordPiece, default_vocab
@@ -47,7 +49,7 @@ def check_task(task) -> None:
     if task.holdout == 0 and not task.dev_file:
         raise ValueError(
             "config.task.dev_file is empty: pass --config.task.dev_file=PATH (or "
-            "--config.task.holdout=0.2 to evaluate on the last 20% of the training file)"
+            "--config.task.holdout=0.2 to evaluate on 20% of the training file, drawn at random)"
         )
     if task.dev_file and task.holdout > 0:
         raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
@@ -111,7 +113,7 @@ def read_task(task):
         evaluation, dev_reports = read_files(task, task.dev_file)
         reports += dev_reports
     else:
-        train, evaluation = holdout_split(train, task.holdout, key=kind.group)
+        train, evaluation = holdout_split(train, task.holdout, kind.group, kind.stratum)
     kind.check_split(task, train, evaluation)
     return train, evaluation, reports
 
@@ -127,16 +129,36 @@ def read_files(task, paths_: str):
     return examples, reports
 
 
-def holdout_split(examples: Sequence, holdout: float, key: Callable | None = None):
-    """The first ``1 - holdout`` of the records (or of the groups ``key`` gives, e.g. MRC
-    passages, in file order; ``key`` None or returning None: each record) train, the rest
-    evaluate. Nothing is shuffled: the split is the same on every machine."""
+HOLDOUT_SEED = 0  # the holdout's draw: fixed, so every run and machine evaluates the same rows
+
+
+def holdout_split(
+    examples: Sequence,
+    holdout: float,
+    key: Callable | None = None,
+    stratum: Callable | None = None,
+):
+    """``(train, evaluation)``: a seeded random ``holdout`` share of the groups ``key`` gives
+    (e.g. MRC passages; ``key`` None or returning None: each record) evaluates, the rest
+    trains, each side in file order. Drawn within each ``stratum`` (a label) separately, so
+    both sides keep the file's label shares; a file sorted by label loses no class to either
+    side, as taking its tail would. The draw is :data:`HOLDOUT_SEED`'s: the same split on every
+    run and machine."""
     keys = [(i if key is None or key(e) is None else key(e)) for i, e in enumerate(examples)]
-    groups = list(dict.fromkeys(keys))
-    cut = int(round(len(groups) * (1 - holdout)))
-    train_keys = set(groups[:cut])
-    train = [e for e, k in zip(examples, keys, strict=True) if k in train_keys]
-    rest = [e for e, k in zip(examples, keys, strict=True) if k not in train_keys]
+    strata: dict = {}  # stratum -> its groups in file order (a group's first record decides)
+    seen = set()
+    for k, e in zip(keys, examples, strict=True):
+        if k not in seen:
+            seen.add(k)
+            strata.setdefault(None if stratum is None else stratum(e), []).append(k)
+    rng = np.random.RandomState(HOLDOUT_SEED)
+    held = set()
+    for name in sorted(strata, key=str):
+        groups = list(strata[name])
+        count = int(round(len(groups) * holdout))
+        held.update(groups[i] for i in rng.permutation(len(groups))[:count])
+    train = [e for e, k in zip(examples, keys, strict=True) if k not in held]
+    rest = [e for e, k in zip(examples, keys, strict=True) if k in held]
     return train, rest
 
 

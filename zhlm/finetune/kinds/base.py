@@ -115,6 +115,10 @@ class TaskKind(abc.ABC):
         """The holdout unit: examples sharing a key stay on one side (None: the record)."""
         return None
 
+    def stratum(self, example):
+        """What a holdout split keeps in proportion on both sides (a label; None: nothing)."""
+        return None
+
     def for_training(self, examples):
         """The examples a loss can learn from."""
         return examples

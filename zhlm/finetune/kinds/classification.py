@@ -93,20 +93,16 @@ class Classification(TaskKind):
         if not given:
             _warn_rare(task.train_file, train, counts)
 
+    def stratum(self, example):
+        return example.label
+
     def check_split(self, task, train, evaluation):
         present = collections.Counter(e.label for e in train)
         if len(present) < 2:
             (label,) = present or [None]
-            split = (
-                f" after config.task.holdout={task.holdout} took the file's last part (a file "
-                "sorted by label loses classes)"
-                if task.holdout
-                else ""
-            )
             raise ValueError(
-                f"{task.train_file}: every training record has label {label!r}{split}; a "
-                "classifier needs two classes or more: check the label column "
-                "(config.task.label_field) and the split"
+                f"{task.train_file}: every training record has label {label!r}; a classifier "
+                "needs two classes or more: check the label column (config.task.label_field)"
             )
 
     def featurize(self, examples, tokenizer, task, training):
