@@ -31,7 +31,7 @@ def _ours(path, kind, num_labels=2):
     config.task.kind = kind
     config.task.labels = tuple(str(i) for i in range(num_labels))
     loaded = checkpoint.load(path)
-    pretrained.adopt_model(config, loaded.config.model)
+    checkpoint.adopt_model(config, loaded.config.model)
     model = kinds.task_model(config)
     fresh = pretrained.init_params(model, jax.random.key(1), dummy_inputs(16))
     merged, left_fresh = pretrained.merge(fresh, loaded.with_task_heads(), kinds.get(kind).head)
@@ -39,7 +39,7 @@ def _ours(path, kind, num_labels=2):
 
 
 def test_fine_tuning_takes_the_architecture_and_keeps_its_own_way_to_run():
-    """The pretrained model's shape comes over; how to run it (pretrained.RUNTIME_KEYS) stays the
+    """The pretrained model's shape comes over; how to run it (checkpoint.RUNTIME_KEYS) stays the
     fine-tuning config's: a model pretrained with TPU flash kernels, bf16 and remat fine-tunes
     with the config's own settings (XLA attention on a CPU)."""
     source = defaults.get_finetune_config("tiny").model
@@ -48,9 +48,9 @@ def test_fine_tuning_takes_the_architecture_and_keeps_its_own_way_to_run():
     )
     source.dropout_rng = "rbg"
     config = defaults.get_finetune_config("tiny")
-    pretrained.adopt_model(config, source)
+    checkpoint.adopt_model(config, source)
     assert (config.model.num_layers, config.model.hidden_size) == (3, 96)
-    for key in pretrained.RUNTIME_KEYS:
+    for key in checkpoint.RUNTIME_KEYS:
         assert config.model[key] == defaults.get_finetune_config("tiny").model[key], key
     assert config.model.attention_impl == "xla" and config.model.dtype == "float32"
 
@@ -137,7 +137,7 @@ def test_token_classifier_matches_hf_and_exports_back(tmp_path, family):
 
     config = defaults.get_finetune_config()
     config.task.update(kind="ner", labels=tags)
-    pretrained.adopt_model(config, checkpoint.load(path).config.model)
+    checkpoint.adopt_model(config, checkpoint.load(path).config.model)
     best = save_finetuned(str(tmp_path / "best"), jax.device_get(params), config)
     model, params, config = load_finetuned(best)
     zhlm.to_hf(model, {"params": params}, config, str(tmp_path / "export"))

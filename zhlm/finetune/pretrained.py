@@ -12,27 +12,15 @@ import flax.linen as nn
 import flax.traverse_util as traverse
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 # The parts of a pretrained tree a task model reuses.
 ENCODER_PARTS = ("embeddings", "encoder", "pooler")
-# Model keys that describe how to run, not what was trained: the fine-tuning config keeps its own.
-RUNTIME_KEYS = ("dtype", "param_dtype", "remat", "dropout_rng", "attention_impl")
 
 
 def init_params(model: nn.Module, rng, inputs):
     """Fresh, unboxed parameters of a task model for example ``inputs`` (arrays or shapes)."""
     zeros = [jnp.zeros(x.shape, x.dtype) for x in inputs]
     return nn.unbox(jax.jit(model.init)(rng, *zeros))["params"]
-
-
-def adopt_model(config: ml_collections.ConfigDict, pretrained_model) -> None:
-    """Sets ``config.model`` to the pretrained model's architecture, keeping the fine-tuning
-    config's :data:`RUNTIME_KEYS` (compute dtype, rematerialisation, dropout's PRNG, attention
-    kernels)."""
-    for key, value in pretrained_model.items():
-        if key not in RUNTIME_KEYS:
-            config.model[key] = value
 
 
 def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:

@@ -128,7 +128,7 @@ def _pretrained(config, init) -> checkpoint.Loaded | None:
         )
         return None
     loaded = checkpoint.load(init, None, config.train.seed)
-    pretrained.adopt_model(config, loaded.config.model)
+    checkpoint.adopt_model(config, loaded.config.model)
     return loaded
 
 

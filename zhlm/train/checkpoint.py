@@ -52,6 +52,22 @@ class Loaded:
         return dict(self.params, **self.task_heads)
 
 
+# Model keys that describe how to run, not what was trained: a run keeps its own config's.
+RUNTIME_KEYS = ("dtype", "param_dtype", "remat", "dropout_rng", "attention_impl")
+
+
+def adopt_model(config: ml_collections.ConfigDict, source_model) -> dict:
+    """Sets ``config.model`` to a loaded source's architecture, keeping the config's
+    :data:`RUNTIME_KEYS` (compute dtype, rematerialisation, dropout's PRNG, attention kernels);
+    returns ``{key: (old, new)}`` of what changed."""
+    changed = {}
+    for key, value in source_model.items():
+        if key not in RUNTIME_KEYS and config.model.get(key) != value:
+            changed[key] = (config.model.get(key), value)
+            config.model[key] = value
+    return changed
+
+
 def save_params(path: str, variables, config: ml_collections.ConfigDict) -> None:
     """Writes ``variables['params']`` and ``config`` under ``path`` (created if missing)."""
     root = workdir.path(path)

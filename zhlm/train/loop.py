@@ -184,12 +184,13 @@ def _train(config, workdir: str):
     lead = jax.process_index() == 0
     root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
     root.mkdir(parents=True, exist_ok=True)
+    init = resume.adopt_init(config, announce=lead)  # before the data and the model: theirs
     path = cache.ensure_dataset(config, progress=lead)
     loader = data_loader.from_config(path, config)
     trainer = make_trainer(config)
     checkpoint.quiet_orbax()
     mngr = resume.manager(workdir, config)
-    state, where = resume.restore_or_init(mngr, trainer, loader, config)
+    state, where = resume.restore_or_init(mngr, trainer, loader, config, init)
     start = int(jax.device_get(state["step"]))
     if lead:  # only now: a checkpoint this config cannot continue keeps its config.json
         (root / layout.CONFIG).write_text(config.to_json(indent=2))

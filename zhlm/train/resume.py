@@ -262,9 +262,31 @@ def place_params(params, abstract_params, shardings, path: str, model_config=Non
     return traverse_util.unflatten_dict({tuple(k.split("/")): put(k) for k in want})
 
 
-def restore_or_init(mngr, trainer, loader, config):
+def adopt_init(config, announce: bool = True) -> checkpoint.Loaded | None:
+    """``config.train.init_from`` loaded (None when it is empty), with ``config`` made its
+    model's: the architecture (how to run it stays the config's, ``checkpoint.RUNTIME_KEYS``)
+    and, while ``data.vocab`` is empty, the vocabulary and tokenizer it was trained with. Called
+    before the data and the model are built, so that both are the init's: a recipe named with
+    one size continues a published model of any size, and its text is cut into the ids its
+    embeddings were trained on. ``announce`` prints what changed."""
+    if not config.train.init_from:
+        return None
+    path = config.train.init_from
+    loaded = checkpoint.load(path, config, config.train.seed)
+    changed = checkpoint.adopt_model(config, loaded.config.model)
+    if loaded.vocab and not config.data.vocab:
+        config.data.vocab, config.data.tokenizer = loaded.vocab, loaded.tokenizer
+        changed["data.vocab"] = ("", loaded.vocab)
+    if changed and announce:
+        shown = ", ".join(f"{key}={new!r}" for key, (_, new) in changed.items())
+        print(f"zhlm: from init_from {path}: {shown}", flush=True)
+    return loaded
+
+
+def restore_or_init(mngr, trainer, loader, config, loaded=None):
     """The state to train from, following the restore order of the module docstring; sets the
-    loader's position. Returns ``(state, where)``, ``where`` saying which source was used."""
+    loader's position. ``loaded`` is :func:`adopt_init`'s (else ``init_from`` is read here).
+    Returns ``(state, where)``, ``where`` saying which source was used."""
     try:
         restored = restore_latest(mngr, trainer, config)
     except CheckpointError:
@@ -283,7 +305,7 @@ def restore_or_init(mngr, trainer, loader, config):
     state = trainer.init(jax.random.key(config.train.seed))
     if config.train.init_from:
         path = config.train.init_from
-        loaded = checkpoint.load(path, config, config.train.seed)
+        loaded = loaded or checkpoint.load(path, config, config.train.seed)
         logging.info("init_from: %s", loaded.description)
         params = loaded.params
         abstract = trainer.abstract_state()["params"]

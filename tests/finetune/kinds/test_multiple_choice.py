@@ -112,7 +112,7 @@ def test_hf_multiple_choice_imports_and_exports_with_the_same_logits(tmp_path, f
     hf, path = hf_folder(tmp_path, architecture, family)
     config = defaults.get_finetune_config()
     config.task.update(kind="multiple_choice", num_choices=3, max_seq_length=16)
-    pretrained.adopt_model(config, checkpoint.load(path).config.model)
+    checkpoint.adopt_model(config, checkpoint.load(path).config.model)
     kind = kinds.get("multiple_choice")
     model = kinds.task_model(config)
     fresh = pretrained.init_params(model, jax.random.key(1), kind.example_inputs(config.task))
