@@ -16,6 +16,7 @@ from zhlm.finetune.kinds.base import TaskKind
 from zhlm.finetune.kinds.classification import Classification
 from zhlm.finetune.kinds.mrc import Mrc
 from zhlm.finetune.kinds.ner import Ner
+from zhlm.finetune.kinds.regression import Regression
 from zhlm.models import model_config
 
 KINDS: dict[str, TaskKind] = {
@@ -25,6 +26,7 @@ KINDS: dict[str, TaskKind] = {
         Classification("pair", texts=2),  # the same kind reading two texts
         Mrc(),
         Ner(),
+        Regression("regression", texts=2),  # a score per pair (STS-B)
     )
 }
 
