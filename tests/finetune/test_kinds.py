@@ -58,6 +58,16 @@ def _c3(tmp_path):
     return path
 
 
+def _scored_pairs(tmp_path):
+    """LCQMC pairs with a made-up score from 0 to 5 (no STS-B copy is available offline)."""
+    with open(os.path.join(DATA, "lcqmc", "dev.txt"), encoding="utf-8") as f:
+        pairs = [line.split("\t")[:2] for line in f.read().splitlines()[:24]]
+    path = tmp_path / "sts.tsv"
+    lines = [f"{a}\t{b}\t{(len(a) + len(b)) % 11 / 2}" for a, b in pairs]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 # kind -> (format, writer(tmp_path) -> path, task overrides): one sample per registered kind.
 SAMPLES = {
     "classification": ("tsv", _lines("chnsenticorp/dev.tsv", 0, 25), {}),  # header + 24
@@ -65,6 +75,7 @@ SAMPLES = {
     "mrc": ("squad", _cmrc, dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
     "ner": ("tagged", _msra, dict(max_seq_length=32, doc_stride=16)),
     "multiple_choice": ("c3", _c3, dict(max_seq_length=48)),
+    "regression": ("tsv", _scored_pairs, {}),
 }
 # Hugging Face's output names of each of zhlm's task model outputs.
 HF_OUTPUTS = ("logits", "start_logits", "end_logits")

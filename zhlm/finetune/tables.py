@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 
 from zhlm.finetune.report import (
     EMPTY_TEXT,
@@ -94,14 +94,15 @@ def iter_table(
     texts: int = 1,
     text_fields: Sequence[str | int] = (),
     label_field: str | int = "",
-    labels: Sequence[str] | None = None,
+    labels: Container[str] | None = None,
     require_label: bool = True,
 ) -> tuple[Iterator[SentenceExample | PairExample], ReadReport]:
     """Examples of one file as its rows are read (see the module docstring), ``texts`` texts
     each (1: sentences, 2: pairs), and the report, complete once they are. ``labels=None``
-    accepts any label; a headerless file without fields given has the label last. The header
-    and the fields are settled here, before the first example, so a layout that does not fit
-    fails at once."""
+    accepts any label; ``labels`` need only answer ``in`` and say what they are when printed (a
+    regression's are every number, not a list). A headerless file without fields given has the
+    label last. The header and the fields are settled here, before the first example, so a
+    layout that does not fit fails at once."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ReadReport(os.fspath(path))
@@ -236,7 +237,8 @@ def _check_label(value, labels, require_label, report, line, key="label"):
             return _SKIP
         return None
     if labels is not None and label not in labels:
-        report.add(UNKNOWN_LABEL, line, f"{_name(key)} {label!r} not in {list(labels)}")
+        shown = list(labels) if isinstance(labels, Sequence) else labels
+        report.add(UNKNOWN_LABEL, line, f"{_name(key)} {label!r} not in {shown}")
         return _SKIP
     return label
 

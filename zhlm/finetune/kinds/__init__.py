@@ -17,6 +17,7 @@ from zhlm.finetune.kinds.classification import Classification
 from zhlm.finetune.kinds.mrc import Mrc
 from zhlm.finetune.kinds.multiple_choice import MultipleChoice
 from zhlm.finetune.kinds.ner import Ner
+from zhlm.finetune.kinds.regression import Regression
 from zhlm.models import model_config
 
 KINDS: dict[str, TaskKind] = {
@@ -27,6 +28,7 @@ KINDS: dict[str, TaskKind] = {
         Mrc(),
         Ner(),
         MultipleChoice(),
+        Regression("regression", texts=2),  # a score per pair (STS-B)
     )
 }
 

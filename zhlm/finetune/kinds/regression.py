@@ -1,0 +1,172 @@
+"""Sentence and sentence-pair regression: one real-valued score per example from the pooled
+[CLS] (STS-B: how alike two sentences are, 0 to 5).
+
+Reading and the input layout are :class:`~zhlm.finetune.kinds.classification.Classification`'s
+(``texts=1`` or ``2``, the same formats, fields and pair truncation); the label column holds a
+number instead of a class. A score that is not a finite number is reported and its record
+skipped, as a classifier's unknown label is (``unknown_label``, file and line); ``task.labels``
+does not apply and must stay empty.
+
+The numerics are ``BertForSequenceClassification``'s with ``num_labels=1`` and
+``problem_type="regression"``: dropout on the pooled output, a Dense to one output, the mean
+squared error of that output against the score (Hugging Face's ``MSELoss`` of
+``logits.squeeze()``), here each row's squared error counted once.
+
+Metrics: Pearson and Spearman correlation of the predictions with the gold scores, in percent,
+and the mean squared error. The primary metric is Spearman: the BERT paper reports Spearman
+correlations for STS-B, as do the Chinese STS-B results of the sentence-embedding papers
+(GLUE's leaderboard averages Pearson and Spearman); a rank correlation does not reward a model
+for matching the scale of a score whose steps annotators do not use evenly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from zhlm.finetune import tables
+from zhlm.finetune.kinds.base import Features
+from zhlm.finetune.kinds.classification import (
+    Classification,
+    SequenceClassifier,
+    classification_features,
+)
+
+
+class Numbers:
+    """The labels a regression reads: every finite number written as text (``"3.8"``, ``"4"``),
+    as a label set the table reader asks with ``in``."""
+
+    def __contains__(self, label) -> bool:
+        try:
+            return math.isfinite(float(label))
+        except (TypeError, ValueError):
+            return False
+
+    def __str__(self) -> str:
+        return "the finite numbers"
+
+
+NUMBERS = Numbers()
+
+
+@dataclasses.dataclass(frozen=True)
+class Regression(Classification):
+    metric: str = "spearman"
+
+    def read(self, path, task, require_label=True):
+        return tables.read_table(path, task.format, self.texts, *_fields(task, require_label))
+
+    def stream(self, path, task, require_label=True):
+        return tables.iter_table(path, task.format, self.texts, *_fields(task, require_label))
+
+    def resolve(self, task, train):
+        if task.labels:
+            raise ValueError(
+                f"config.task.labels={tuple(task.labels)} does not apply to kind {self.name} "
+                "(its labels are numbers): leave it empty"
+            )
+        scores = np.array([float(e.label) for e in train])
+        if not len(scores):
+            return  # no record: reading has reported why, and the split check refuses it
+        print(
+            f"zhlm-finetune: scores of {task.train_file}: {len(scores)} records, mean "
+            f"{scores.mean():.4g}, standard deviation {scores.std():.4g}, from "
+            f"{scores.min():.4g} to {scores.max():.4g}",
+            flush=True,
+        )
+
+    def stratum(self, example):
+        return None  # a score is not a class: the holdout draws from all records alike
+
+    def check_split(self, task, train, evaluation):
+        present = {float(e.label) for e in train}
+        if len(present) < 2:
+            (score,) = present or [None]
+            raise ValueError(
+                f"{task.train_file}: every training record has score {score}; a regression "
+                "needs scores that differ: check the score column (config.task.label_field)"
+            )
+
+    def featurize(self, examples, tokenizer, task, training):
+        # The distinct score texts serve as classification's label set, so its layout is
+        # reused as it is; each label id then maps back to its number.
+        texts = sorted({e.label for e in examples if e.label is not None})
+        arrays = classification_features(examples, tokenizer, texts, task.max_seq_length)
+        # No score (inputs to predict, or one that is not a number): NaN, which no loss or
+        # metric reads (prediction has no labels, training and evaluation read only numbers).
+        values = np.array([_number(t) for t in texts] + [math.nan], np.float32)
+        arrays["label"] = values[arrays["label"]]  # id -1 picks the NaN at the end
+        return Features(arrays)
+
+    def model(self, cfg, task):
+        return SequenceClassifier(cfg, 1)
+
+    def loss(self, outputs, batch):
+        error = outputs["logits"][:, 0] - batch["label"]
+        return jnp.square(error), jnp.ones_like(error)
+
+    def decode(self, features, outputs, examples, task):
+        return outputs["logits"][:, 0]
+
+    def score(self, features, examples, predictions):
+        """Pearson and Spearman correlation (percent) and the mean squared error (not a
+        percent) of ``predictions`` against the gold scores."""
+        gold = features.arrays["label"].astype(np.float64)
+        guess = np.asarray(predictions, np.float64)
+        return {
+            "spearman": 100 * pearson(average_ranks(gold), average_ranks(guess)),
+            "pearson": 100 * pearson(gold, guess),
+            "mse": float(np.mean(np.square(guess - gold))) if len(gold) else 0.0,
+        }
+
+    def prior(self, arrays):
+        """The mean squared error of predicting the training scores' mean (their variance):
+        the loss a model that ignores its input reaches."""
+        return float(np.var(arrays["label"].astype(np.float64)))
+
+    def baseline(self, arrays, task):
+        """``constant_mse``: the evaluation scores' variance, the least mean squared error a
+        constant prediction reaches there (a dev ``mse`` not below it learned nothing)."""
+        return {"constant_mse": float(np.var(arrays["label"].astype(np.float64)))}
+
+    def records(self, examples, predictions, task):
+        return [dict(id=e.guid, score=float(p)) for e, p in zip(examples, predictions, strict=True)]
+
+    def hf_config(self, task):
+        return {"num_labels": 1, "problem_type": "regression"}
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's correlation of ``x`` and ``y``; 0 where either is constant (or has under two
+    values), so a model predicting one number scores as one unrelated to the gold."""
+    if len(x) < 2:
+        return 0.0
+    x, y = x - np.mean(x), y - np.mean(y)
+    norm = math.sqrt(float(np.sum(x * x)) * float(np.sum(y * y)))
+    return float(np.sum(x * y)) / norm if norm > 0 else 0.0
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x``, tied values sharing the mean of their ranks (Spearman's
+    correlation is Pearson's of these)."""
+    order = np.argsort(x, kind="stable")
+    ordered = x[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])[: len(x)]
+    sizes = np.diff(np.r_[starts, len(x)])
+    mean_rank = starts + (sizes + 1) / 2  # ranks starts+1 .. starts+sizes
+    ranks = np.empty(len(x))
+    ranks[order] = np.repeat(mean_rank, sizes)
+    return ranks
+
+
+def _number(text: str) -> float:
+    return float(text) if text in NUMBERS else math.nan
+
+
+def _fields(task, require_label):
+    """``iter_table``'s arguments after ``texts``: the fields, and every number as labels."""
+    return task.text_fields, task.label_field, NUMBERS, require_label
