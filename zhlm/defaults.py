@@ -184,7 +184,8 @@ def _task():
         dict(
             name="",  # the task's name, for logs and results.json
             # a registered task kind (zhlm.finetune.kinds): classification (one text), pair
-            # (two texts), mrc (answer spans), ner (entities) or multiple_choice (options)
+            # (two texts), mrc (answer spans), ner (entities), multiple_choice (options) or
+            # regression (a score per pair)
             kind="classification",
             # one the kind reads: classification/pair tsv, csv, jsonl, json, parquet or datasets
             # (a save_to_disk folder); mrc squad; ner tagged (char<TAB>tag lines) or

@@ -1,8 +1,9 @@
 """Two numbers printed before fine-tuning that tell a run stuck at the label prior (NER: all O,
 F1 0) from a slow one, kept in ``results.json``.
 
-The label prior loss (the task kind's ``prior``): the cross-entropy of predicting the training
-labels' frequencies, where a loss that learns nothing of the input stays.
+The label prior loss (the task kind's ``prior``): the loss of a model that ignores its input
+(the cross-entropy of predicting the training labels' frequencies; a regression's variance of
+the scores), where a loss that learns nothing of the input stays.
 ``init_top_direction_share`` (pretrained inits): the share of the variance of the encoder's
 outputs on the first training batch along their top direction. A random tiny encoder gives 4%
 (MSRA); ERNIE tiny after 600 steps on the bundled sample, whose MLM never left the unigram stage

@@ -13,7 +13,8 @@ has the example's ``id``, its inputs (``text``; ``text_a`` and ``text_b``; ``que
   span get ``""`` and no score);
 * ner: ``text`` and ``entities`` (``type``, ``start``, ``end``, ``text``; end exclusive).
 * multiple_choice: ``answer`` (the chosen option), ``option`` (its index) and
-  ``probabilities`` (one per option).
+  ``probabilities`` (one per option);
+* regression: ``score``.
 
 The model, its label set, tokenizer (the ``vocab.txt`` saved in ``best/``) and featurization
 options come from the fine-tuning run; ``task.format`` is the run's unless the caller names

@@ -158,7 +158,8 @@ class TaskKind(abc.ABC):
         """Dev metrics (percent), ``self.metric`` among them."""
 
     def prior(self, arrays: dict) -> float | None:
-        """Loss of predicting the training labels' frequencies (None: no such prior)."""
+        """The training loss of a model that ignores its input (the labels' frequencies, a
+        regression's mean score): a run stuck there learned nothing (None: no such prior)."""
         return None
 
     def baseline(self, arrays: dict, task) -> dict:
