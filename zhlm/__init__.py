@@ -35,9 +35,10 @@ def to_hf(model, variables, config, path, vocab: str = ""):
     return convert.to_hf(model, variables, config, path, task, vocab)
 
 
-def pipeline(source: str):
-    """A :class:`zhlm.Predictor` of ``source``, a zhlm-finetune workdir or its ``best/``:
+def pipeline(source: str, kind: str = ""):
+    """A :class:`zhlm.Predictor` of ``source``, a zhlm-finetune workdir, its ``best/`` or a
+    Hugging Face task folder (``kind`` picks among kinds of one class, e.g. ``pair``):
     ``zhlm.pipeline(workdir)("一段文字")`` (see ``zhlm.finetune.predictor``)."""
     from zhlm.finetune import predictor
 
-    return predictor.pipeline(source)
+    return predictor.pipeline(source, kind)

@@ -113,3 +113,52 @@ def test_inputs_that_do_not_fit_the_kind_say_what_it_predicts(workdirs):
         predictor([{"text": "好", "id": "a"}, {"text": "坏", "id": "a"}])
     with pytest.raises(TypeError, match="a int to predict; kind classification predicts"):
         predictor(3)
+
+
+@pytest.mark.slow
+def test_a_hugging_face_task_folder_predicts_what_transformers_computes(tmp_path):
+    """A ``BertForSequenceClassification`` folder (labels in ``id2label``, a ``vocab.txt``)
+    and a ``BertForTokenClassification`` one: labels named as the folder names them, and the
+    probabilities / tags transformers gives for the same ids."""
+    import shutil
+
+    import numpy as np
+    import torch
+    from helpers import hf_folder
+
+    from zhlm.data.tokenizer import WordPiece, default_vocab
+    from zhlm.finetune import ner_metric
+
+    names = {0: "negative", 1: "neutral", 2: "positive"}
+    hf, path = hf_folder(tmp_path, "BertForSequenceClassification", id2label=names)
+    shutil.copy(default_vocab(), f"{path}/vocab.txt")
+    predictor = zhlm.pipeline(path)
+    results = predictor(REVIEWS)
+    ids = [[101, *WordPiece(default_vocab()).encode_batch([t])[0].ids, 102] for t in REVIEWS]
+    for text, row, result in zip(REVIEWS, ids, results, strict=True):
+        with torch.no_grad():
+            logits = hf(torch.tensor([row])).logits[0].numpy()
+        expected = np.exp(logits - logits.max())
+        expected /= expected.sum()
+        assert result["text"] == text and list(result["probabilities"]) == list(names.values())
+        np.testing.assert_allclose(list(result["probabilities"].values()), expected, atol=1e-5)
+        assert result["label"] == names[int(np.argmax(expected))]
+    assert zhlm.pipeline(path, kind="pair")(PAIRS[0])["label"] in names.values()
+
+    tags = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+    hf, path = hf_folder(tmp_path, "BertForTokenClassification", id2label=tags)
+    shutil.copy(default_vocab(), f"{path}/vocab.txt")
+    entities = zhlm.pipeline(path)(SENTENCES[0])["entities"]
+    with torch.no_grad():
+        chars = [WordPiece(default_vocab()).encode_batch([c])[0].ids[0] for c in SENTENCES[0]]
+        guess = hf(torch.tensor([[101, *chars, 102]])).logits[0, 1:-1].argmax(-1).tolist()
+    expected = ner_metric.entities([tags[t] for t in guess])  # conlleval's chunks
+    assert [(e["type"], e["start"], e["end"]) for e in entities] == expected
+
+
+def test_a_folder_that_is_no_task_model_is_refused(tmp_path):
+    from helpers import hf_folder
+
+    _, path = hf_folder(tmp_path, "BertForPreTraining")
+    with pytest.raises(ValueError, match="no task model zhlm predicts with"):
+        zhlm.pipeline(path)

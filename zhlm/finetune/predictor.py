@@ -1,6 +1,6 @@
 """``zhlm.Predictor``: a fine-tuned model loaded once, predicting Python objects in memory.
 
-  predictor = zhlm.pipeline("/tmp/cs")      # a zhlm-finetune workdir or its best/ folder
+  predictor = zhlm.pipeline("/tmp/cs")      # a zhlm-finetune workdir, its best/, an HF folder
   predictor("酒店很干净，服务也好")            # {"text": ..., "label": "1", "probabilities": {...}}
   predictor(["很好", "太差了"])               # a list gives a list of results, in its order
   zhlm.pipeline("/tmp/qm")([("几点了", "现在几点")])          # pairs
@@ -29,11 +29,12 @@ CHUNK = 1024  # examples featurized at a time, so that a long list needs no more
 
 
 class Predictor:
-    """A fine-tuned model of ``source`` (a zhlm-finetune workdir or its ``best/``), loaded once;
+    """A fine-tuned model of ``source`` (a zhlm-finetune workdir, its ``best/`` or a Hugging
+    Face task folder such as ``BertForSequenceClassification``'s: ``TaskModel.load``), loaded once;
     ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring)."""
 
-    def __init__(self, source: str):
-        self.model = TaskModel.load(source)
+    def __init__(self, source: str, kind: str = ""):
+        self.model = TaskModel.load(source, kind=kind)
         self._kind = kinds.get(self.task.kind)
 
     @property
@@ -85,6 +86,7 @@ class Predictor:
         return f"kind {self.task.kind} predicts {one} or a dict {{{fields}}}, or a list of them"
 
 
-def pipeline(source: str) -> Predictor:
-    """:class:`Predictor` of ``source``, in the spirit of ``transformers.pipeline``."""
-    return Predictor(source)
+def pipeline(source: str, kind: str = "") -> Predictor:
+    """:class:`Predictor` of ``source``, in the spirit of ``transformers.pipeline``; ``kind``
+    picks the task kind of a Hugging Face folder whose class several share (``pair``)."""
+    return Predictor(source, kind)

@@ -23,12 +23,17 @@ another, since inputs to predict may come in any readable format.
 
 from __future__ import annotations
 
+import json
+
 import jax
 
+from zhlm import defaults, paths
 from zhlm import workdir as layout
-from zhlm.finetune import batching, kinds, tasks
+from zhlm.finetune import batching, kinds, pretrained, tasks
 from zhlm.finetune.kinds.base import input_fields
 from zhlm.finetune.train import load_finetuned
+from zhlm.models import model_config
+from zhlm.train import checkpoint
 from zhlm.train.checkpoint import VOCAB
 
 
@@ -46,15 +51,22 @@ class TaskModel:
         return self.config.task
 
     @classmethod
-    def load(cls, source: str, fmt: str = "", text_fields=()) -> TaskModel:
-        """The model of ``source``, a fine-tuning workdir or its ``best/``; ``fmt`` and
+    def load(cls, source: str, fmt: str = "", text_fields=(), kind: str = "") -> TaskModel:
+        """The model of ``source``, a fine-tuning workdir, its ``best/`` or a Hugging Face
+        task folder (:func:`from_hf`; ``kind`` picks among kinds of one class); ``fmt`` and
         ``text_fields`` say how inputs are read when not as the run's data was."""
         best = (
             source if layout.is_params_checkpoint(source) else str(layout.path(source, layout.BEST))
         )
-        if not layout.is_params_checkpoint(best):
-            raise FileNotFoundError(f"{source}: no fine-tuned model (expected {layout.BEST}/)")
-        model, params, config = load_finetuned(best)
+        if layout.is_params_checkpoint(best):
+            model, params, config = load_finetuned(best)
+        elif _hf_config(source) is not None:
+            model, params, config = from_hf(source, kind)
+        else:
+            raise FileNotFoundError(
+                f"{source}: no fine-tuned model (a zhlm-finetune workdir with {layout.BEST}/, "
+                "or a Hugging Face task folder with config.json)"
+            )
         task = config.task
         task.unlock()  # unlike a user's config, the saved one may take the input's format
         task.format = fmt or task.format
@@ -67,6 +79,44 @@ class TaskModel:
     def predict(self, examples) -> list[dict]:
         """One record per example (see the module docstring), in the examples' order."""
         return _records(self.task, examples, self.tokenizer, self._forward, self.config)
+
+
+def from_hf(source: str, kind_name: str = ""):
+    """``(model, params, config)`` of a Hugging Face task folder (``BertForSequenceClassification``
+    and the others a kind exports): the kind from its architecture and config
+    (``kinds.for_hf``), its labels from ``id2label``, the encoder and the trained head from
+    its weights, the vocabulary from its ``vocab.txt`` or ``tokenizer.json``. A folder without
+    the head's weights is refused (its head would be random)."""
+    hf_config = _hf_config(source)
+    kind = kinds.for_hf(hf_config, kind_name)
+    loaded = checkpoint.load(source)
+    config = defaults.get_finetune_config()
+    checkpoint.adopt_model(config, loaded.config.model)
+    task = config.task
+    task.kind, task.format, task.vocab = kind.name, kind.formats[0], loaded.vocab
+    task.max_seq_length = min(512, config.model.max_position_embeddings)
+    kind.task_from_hf(task, hf_config)
+    model = kind.model(model_config(config.model), task)
+    fresh = pretrained.init_params(model, jax.random.key(0), kind.example_inputs(task))
+    params, left_fresh = pretrained.merge(fresh, loaded.with_task_heads(), kind.head)
+    if kind.head in left_fresh:
+        raise ValueError(
+            f"{source}: no trained {kind.head!r} of {kind.name} in its weights (a random head "
+            "predicts nothing): fine-tune it with zhlm-finetune --init=FOLDER first"
+        )
+    return model, params, config
+
+
+def _hf_config(source: str) -> dict | None:
+    """A Hugging Face folder's ``config.json`` with its architecture, or None."""
+    path = layout.path(source, "config.json")
+    if paths.is_remote(source) or not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) and value.get("architectures") else None
 
 
 def _inputs(batch):

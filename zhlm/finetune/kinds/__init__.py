@@ -48,3 +48,24 @@ def hf_export(config) -> TaskExport:
     """What ``zhlm.convert.to_hf`` needs to export a fine-tuned model of ``config``."""
     kind = get(config.task.kind)
     return TaskExport(kind.hf_class, kind.head, kind.hf_config(config.task))
+
+
+def for_hf(hf_config: dict, name: str = "") -> TaskKind:
+    """The kind of a Hugging Face task folder, from its ``config.json``: the first registered
+    kind whose ``hf_class`` ends the architecture and that ``takes_hf`` the config; ``name``
+    picks one of the others of that class (``pair`` for a sentence-pair classifier)."""
+    (architecture,) = hf_config.get("architectures") or [""]
+    fits = [k for k in KINDS.values() if architecture.endswith(k.hf_class)]
+    if name:
+        if get(name) not in fits:
+            raise ValueError(f"kind {name!r} cannot read a {architecture or 'model'} folder")
+        return get(name)
+    fits = [k for k in fits if k.takes_hf(hf_config)]
+    if not fits:
+        classes = sorted({k.hf_class for k in KINDS.values()})
+        raise ValueError(
+            f"a {architecture or 'model without architectures'} folder is no task model zhlm "
+            f"predicts with (its classes: *{', *'.join(classes)}); fine-tune it with "
+            "zhlm-finetune --init=FOLDER first"
+        )
+    return fits[0]

@@ -174,6 +174,16 @@ class TaskKind(abc.ABC):
         """Writes the best run's dev predictions under ``root``; returns results.json entries."""
         return {}
 
+    def takes_hf(self, hf_config: dict) -> bool:
+        """Whether a Hugging Face task folder of ``self.hf_class`` (its ``config.json``) is
+        this kind's (several kinds share a class: a regression has one output)."""
+        return True
+
+    def task_from_hf(self, task, hf_config: dict) -> None:
+        """Writes into ``task`` what a Hugging Face folder's ``config.json`` settles (the
+        labels of ``id2label``)."""
+        return None
+
     def hf_config(self, task) -> dict:
         """Extra ``config.json`` entries of the Hugging Face export."""
         return {}
@@ -205,6 +215,14 @@ def _line(cls, line: int) -> dict:
 
 def _spell(names) -> str:
     return "{" + ", ".join(f'"{name}": ...' for name in names) + "}"
+
+
+def labels_from_hf(hf_config: dict) -> tuple[str, ...]:
+    """The label names of a Hugging Face config, in output order (``id2label``'s keys are
+    strings in ``config.json``)."""
+    names = {int(i): str(name) for i, name in hf_config.get("id2label", {}).items()}
+    count = hf_config.get("num_labels", len(names) or 2)
+    return tuple(names.get(i, str(i)) for i in range(count))
 
 
 def label_config(labels) -> dict:

@@ -28,7 +28,7 @@ import optax
 from zhlm.convert import layout
 from zhlm.finetune import sniff, tables
 from zhlm.finetune.encoding import special_ids, truncate_pair
-from zhlm.finetune.kinds.base import Features, TaskKind, entropy, label_config
+from zhlm.finetune.kinds.base import Features, TaskKind, entropy, label_config, labels_from_hf
 from zhlm.models import Model
 from zhlm.models.layers import dense
 
@@ -155,6 +155,12 @@ class Classification(TaskKind):
             )
             for e, p in zip(examples, probs, strict=True)
         ]
+
+    def takes_hf(self, hf_config):
+        return hf_config.get("problem_type") != "regression" and len(labels_from_hf(hf_config)) > 1
+
+    def task_from_hf(self, task, hf_config):
+        task.labels = labels_from_hf(hf_config)
 
     def hf_config(self, task):
         return label_config(task.labels)

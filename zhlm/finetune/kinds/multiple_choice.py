@@ -41,6 +41,7 @@ from zhlm.models.layers import dense
 
 UNKNOWN_ANSWER = "unknown_answer"  # an answer that is none of its question's options
 TOO_MANY_OPTIONS = "too_many_options"  # more options than task.num_choices
+HF_NUM_CHOICES = 4  # options per question of a model read from a Hugging Face folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +169,11 @@ class MultipleChoice(TaskKind):
 
     def baseline(self, arrays, task):
         return {"chance_rate": 100 * float(np.mean(1.0 / arrays["choice_mask"].sum(-1)))}
+
+    def task_from_hf(self, task, hf_config):
+        # A Hugging Face folder does not record how many options its questions have; the head
+        # scores any number, so the inputs are padded to the most of C3 and most benchmarks.
+        task.num_choices = HF_NUM_CHOICES
 
     def records(self, examples, predictions, task):
         records = []

@@ -19,7 +19,7 @@ import optax
 
 from zhlm.convert import layout
 from zhlm.finetune import ner_features, ner_files, ner_metric
-from zhlm.finetune.kinds.base import TaskKind, entropy, label_config
+from zhlm.finetune.kinds.base import TaskKind, entropy, label_config, labels_from_hf
 from zhlm.finetune.kinds.classification import SequenceClassifier
 from zhlm.workdir import NER_PREDICTIONS
 
@@ -121,6 +121,9 @@ class Ner(TaskKind):
         # The micro scores are the epoch's metrics; per type they say which entities it finds.
         gold = [list(e.tags) for e in examples]
         return {"predictions": path, "by_type": ner_metric.scores(gold, predictions)["by_type"]}
+
+    def task_from_hf(self, task, hf_config):
+        task.labels = labels_from_hf(hf_config)
 
     def hf_config(self, task):
         return label_config(task.labels)

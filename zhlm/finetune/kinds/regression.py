@@ -136,6 +136,12 @@ class Regression(Classification):
     def records(self, examples, predictions, task):
         return [dict(id=e.guid, score=float(p)) for e, p in zip(examples, predictions, strict=True)]
 
+    def takes_hf(self, hf_config):
+        return hf_config.get("problem_type") == "regression" or hf_config.get("num_labels") == 1
+
+    def task_from_hf(self, task, hf_config):
+        return None  # no labels: a score
+
     def hf_config(self, task):
         return {"num_labels": 1, "problem_type": "regression"}
 
