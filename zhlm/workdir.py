@@ -9,7 +9,8 @@ folder works wherever a local one does): a renamed file cannot leave a reader be
 * parameter checkpoint (``zhlm-convert``, a fine-tuning run's ``best/``): ``config.json`` and
   ``params/`` (orbax: the parameter tree);
 * fine-tuning workdir (``zhlm-finetune``): ``config.json``, ``results.json``, ``best/`` and, for
-  MRC, ``predictions_dev.json`` with ``eval_set.json``, for NER ``predictions_dev.jsonl``;
+  MRC, ``predictions_dev.json`` with ``eval_set.json``, for NER ``predictions_dev.jsonl``; while
+  the run is unfinished, ``progress/`` (``zhlm.finetune.progress``);
 * both workdirs, while a run uses them: ``lock.json`` (``zhlm.workdir_lock``).
 """
 
@@ -28,6 +29,7 @@ PREDICTIONS = "predictions_dev.json"
 NER_PREDICTIONS = "predictions_dev.jsonl"  # one line of entity spans per sentence
 EVAL_SET = "eval_set.json"
 LOCK = "lock.json"  # the run that holds the workdir
+PROGRESS = "progress"  # an unfinished fine-tuning run's epochs (zhlm.finetune.progress)
 
 
 def path(folder, *names: str) -> epath.Path:

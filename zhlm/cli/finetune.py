@@ -7,6 +7,8 @@
 
 ``--init`` is a Hugging Face folder, a zhlm parameter checkpoint (zhlm-convert's output) or a
 zhlm-pretrain workdir (its newest checkpoint); without it the encoder is random, with a warning.
+The same command continues an interrupted run after its last finished epoch; a workdir with a
+finished run (``results.json``) is refused unless ``--overwrite``.
 Kept thin: flags in, :func:`zhlm.finetune.train.finetune` runs and writes results.json.
 """
 
@@ -20,6 +22,9 @@ from zhlm.cli import usage
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file.", lock_config=True)
 _INIT = flags.DEFINE_string("init", None, "HF folder, zhlm checkpoint or zhlm-pretrain workdir.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "results.json, predictions and the best params.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace a finished run in --workdir (else refused) or an interrupted one."
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -32,7 +37,7 @@ def main(argv):
     from zhlm.workdir_lock import WorkdirLocked
 
     try:
-        finetune(_CONFIG.value, _INIT.value, _WORKDIR.value)
+        finetune(_CONFIG.value, _INIT.value, _WORKDIR.value, _OVERWRITE.value)
     except (ValueError, FileNotFoundError, KeyError, ConversionError, WorkdirLocked) as e:
         sys.exit(f"zhlm-finetune: {e}")
 

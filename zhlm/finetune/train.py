@@ -30,6 +30,7 @@ collapsed (a warning says so).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 
@@ -42,6 +43,7 @@ from tqdm import tqdm
 from zhlm import paths, workdir_lock
 from zhlm import workdir as layout
 from zhlm.finetune import batching, diagnose, kinds, pretrained, tasks
+from zhlm.finetune import progress as progress_lib
 from zhlm.models import dropout_rngs, model_config
 from zhlm.train import checkpoint, curves, sharding, step, sums
 from zhlm.train import metrics as metrics_lib
@@ -50,11 +52,16 @@ from zhlm.train.optim import make_optimizer
 LOSS = "task"  # the objective's name in the step's sums (zhlm.train.sums)
 
 
-def finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
+def finetune(
+    config: ml_collections.ConfigDict, init: str | None, workdir: str, overwrite: bool = False
+) -> dict:
     """Runs ``config.train.seeds`` fine-tuning runs from ``init`` (a zhlm checkpoint, pretrain
-    workdir or HF folder; None: random encoder) and returns what ``results.json`` holds.
-    Raises ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir``."""
+    workdir or HF folder; None: random encoder) and returns what ``results.json`` holds. An
+    interrupted run in ``workdir`` is continued after its last finished epoch; a finished one
+    is refused unless ``overwrite`` (:mod:`zhlm.finetune.progress`). Raises
+    ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir``."""
     with workdir_lock.hold(workdir, "zhlm-finetune"):  # before anything is written there
+        progress_lib.check_overwrite(workdir, overwrite)
         return _finetune(config, init, workdir)
 
 
@@ -82,29 +89,29 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     first = next(batching.batches(data.train, train.batch_size, first_rows))
     encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
     diagnosis = diagnose.diagnose(kind.prior(data.train), first, encode)
-    metrics_file = root / layout.METRICS
-    if metrics_file.exists():  # a run is not resumed: its curves start afresh
-        metrics_file.unlink()
+    progress = progress_lib.Progress(workdir, config, init)
+    _keep_metrics(root / layout.METRICS, progress)
     writer = metrics_lib.Writer(workdir)  # metrics.jsonl and TensorBoard, one split per seed
     try:
-        runs = [
-            _run(train.seed + i, config, kind, data, trainer, loaded_params, writer)
-            for i in range(train.seeds)
-        ]
+        for i in range(len(progress.runs), train.seeds):
+            run = _run(train.seed + i, config, kind, data, trainer, loaded_params, writer, progress)
+            progress.finish_seed(run, kind.metric)
     finally:
         writer.close()
     (root / layout.CONFIG).write_text(config.to_json(indent=2))
-    results = _summary(config, kind, init, init_from, data, runs)
+    results = _summary(config, kind, init, init_from, data, progress.runs)
     results.update(diagnosis)
     results["devices"] = int(trainer.mesh.size)
     results["curves"] = curves.plot(workdir)
-    top = runs[results["best_seed_index"]]
-    results.update(_write_best(config, kind, data, top, root, tokenizer))
+    top_params = progress.top_params()
+    _, predictions = _evaluate(top_params, config, kind, data, trainer)
+    results.update(_write_best(config, kind, data, top_params, predictions, root, tokenizer))
     results["seconds"] = round(time.time() - started, 1)
     tasks.write_json(root / layout.RESULTS, results)
+    progress.remove()
     print(
         f"zhlm-finetune: {config.task.name} dev {results['metric']} max {results['max']:.2f} "
-        f"mean {results['mean']:.2f} over {len(runs)} seed(s); {root / layout.RESULTS}",
+        f"mean {results['mean']:.2f} over {len(progress.runs)} seed(s); {root / layout.RESULTS}",
         flush=True,
     )
     if results.get("at_majority_rate"):
@@ -222,9 +229,33 @@ def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
-def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
-    """One seed: train ``train.epochs`` epochs, evaluating as configured; the best epoch's
-    metrics, host parameters and dev predictions."""
+def _keep_metrics(path, progress) -> None:
+    """``metrics.jsonl`` as the progress left it: a new run starts it afresh; a continued one
+    keeps the lines of its finished seeds and of the current seed's finished epochs (an epoch
+    logged and then interrupted is logged again)."""
+    if not path.exists():
+        return
+    if not progress.resumed:
+        path.unlink()
+        return
+    done = {f"seed{run['seed']}": len(run["history"]) for run in progress.runs}
+    if progress.current:
+        done[f"seed{progress.current['seed']}"] = progress.current["epoch"]
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by the interruption
+        if record.get("step", 1e9) <= done.get(record.get("split"), 0):
+            kept.append(line)
+    path.write_text("".join(kept), encoding="utf-8")
+
+
+def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> dict:
+    """One seed: train ``train.epochs`` epochs (after those ``progress`` has done), evaluating
+    as configured, saving the progress after each; the best epoch's metrics and host
+    parameters."""
     train = config.train
     init_key, dropout_key = jax.random.split(jax.random.key(seed))
     inputs = kind.example_inputs(config.task)
@@ -234,8 +265,13 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
         params, left_fresh = pretrained.merge(model_params, loaded_params, kind.head)
     state = trainer.state_from(params)  # a copy: it is donated, and the seeds share ``params``
     order_rng = np.random.RandomState(seed)
-    best, history = None, []
-    for epoch in range(1, train.epochs + 1):
+    best, history, done = None, [], progress.epochs_done(seed)
+    if done:
+        state, history, best = progress.restore(state)
+        for _ in range(done):  # the finished epochs' orders, so the next epoch's is the same
+            order_rng.permutation(data.num_train)
+        print(f"zhlm-finetune: seed {seed} continues after epoch {done}", flush=True)
+    for epoch in range(done + 1, train.epochs + 1):
         epoch_sums, began = None, time.monotonic()
         order = order_rng.permutation(data.num_train)
         batches = tqdm(
@@ -252,12 +288,13 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
                 print(f"  seed {seed} epoch {epoch} step {i}: loss {_mean(epoch_sums):.4f}")
         record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}  # fetched: the epoch is done
         speed = _throughput(data, train.batch_size, time.monotonic() - began)
+        improved = False
         if train.eval_every_epoch or epoch == train.epochs:
-            scores, predictions = _evaluate(state["params"], config, kind, data, trainer)
+            scores, _ = _evaluate(state["params"], config, kind, data, trainer)
             record.update(scores)
             if best is None or scores[kind.metric] > best["scores"][kind.metric]:
-                params_host = jax.device_get(state["params"])
-                best = dict(scores=scores, epoch=epoch, params=params_host, preds=predictions)
+                best = dict(scores=scores, epoch=epoch, params=jax.device_get(state["params"]))
+                improved = True
         history.append(record)
         scalars = {k: v for k, v in record.items() if k != "epoch"}
         writer.write(epoch, f"seed{seed}", {**scalars, **speed})
@@ -267,6 +304,7 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer) -> dict:
             f"{speed['real_token_fraction']:.0%} of those computed)"
         )
         print(f"zhlm-finetune: seed {seed} epoch {epoch}/{train.epochs}: {shown}", flush=True)
+        progress.save_epoch(seed, epoch, state, history, best, improved)
     return dict(seed=seed, history=history, fresh=left_fresh, **best)
 
 
@@ -327,12 +365,12 @@ def _summary(config, kind, init, init_from, data, runs) -> dict:
     return results
 
 
-def _write_best(config, kind, data, top, root, tokenizer) -> dict:
+def _write_best(config, kind, data, params, predictions, root, tokenizer) -> dict:
     """Writes the best run's dev predictions and its parameters with the vocabulary
     (``train.save_best``: ``best/`` is all ``zhlm-predict`` needs); returns their paths."""
-    written = kind.write_dev(root, data.examples, top["preds"])
+    written = kind.write_dev(root, data.examples, predictions)
     if config.train.save_best:
-        written["best"] = save_finetuned(root / layout.BEST, top["params"], config)
+        written["best"] = save_finetuned(root / layout.BEST, params, config)
         vocab = paths.resolve(tokenizer.vocab_path).read_bytes()
         layout.path(written["best"], checkpoint.VOCAB).write_bytes(vocab)
     return written
