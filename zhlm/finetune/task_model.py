@@ -79,5 +79,6 @@ def _records(task, examples, tokenizer, forward, config) -> list[dict]:
         lambda batch: kind.device_outputs(forward(batch), batch),
         features.arrays,
         config.train.batch_size,
+        task.length_buckets,
     )
     return kind.records(examples, kind.decode(features, outputs, examples, task), task)
