@@ -159,6 +159,7 @@ def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
+@pytest.mark.slow
 def test_a_seeded_run_repeats_and_compiles_once_per_bucket(tmp_path, tokenizer):
     fmt, write, _ = SAMPLES["pair"]
     path = str(write(tmp_path))

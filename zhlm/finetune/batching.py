@@ -30,11 +30,11 @@ with copies of its first row whose ``weight`` is 0, so they count in neither the
 outputs.
 
 **Outputs** (:func:`run`) come back in input order, each with the rows' first axis. An output
-is per-token when its token axis follows the input's length (found from the shapes the
-forward pass gives at two lengths); it is padded back to the full length with
-:data:`FLOAT_PAD` (floats: a logit that no softmax weighs and no argmax or span search picks)
-or :data:`INT_PAD` (integers: the "no label" id), at positions that hold no real token and
-which no kind's decode reads.
+is per-token when its token axis follows the input's length (found from the shapes the forward
+pass gives at two lengths: two buckets run, else one batch more at the full length); it is
+padded back to the full length with :data:`FLOAT_PAD` (floats: a logit that no softmax weighs
+and no argmax or span search picks) or :data:`INT_PAD` (integers: the "no label" id), at
+positions that hold no real token, which no kind's decode reads.
 """
 
 from __future__ import annotations
@@ -181,9 +181,15 @@ def run(
     return outputs
 
 
-def _per_token(forward, arrays, batch_size, results, token_axis) -> set[str]:
-    """The outputs whose token axis follows the input's length: compared between the lengths
-    run, else (one length) with the shapes ``forward`` gives at the full length."""
+# Whether an output is per-token depends on the model, not on the rows: once settled for an
+# output signature (names, dtypes and shapes at one length), later single-length runs (short
+# inputs to predict, a few at a time) need no extra pass at the full length.
+_SETTLED: dict[tuple, frozenset[str]] = {}
+
+
+def _per_token(forward, arrays, batch_size, results, token_axis) -> frozenset[str]:
+    """The outputs whose token axis follows the input's length: compared between two lengths
+    run, else (one length) with one more batch at the full length."""
     shapes = {length: {k: v.shape[1:] for k, v in out.items()} for length, _, out in results}
     full = arrays["input_ids"].shape[-1]
 
@@ -193,14 +199,13 @@ def _per_token(forward, arrays, batch_size, results, token_axis) -> set[str]:
     (short, at_short), *others = shapes.items()
     candidates = {k for k, shape in at_short.items() if as_long(shape, short)}
     if set(shapes) == {full} or not candidates:
-        return set()  # nothing was cut, or nothing is as long as the input
+        return frozenset()  # nothing was cut, or nothing is as long as the input
     if others:
         long, at_long = others[0]
-    else:
-        whole = {
-            k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype) for k, v in arrays.items()
-        }
-        whole["weight"] = jax.ShapeDtypeStruct((batch_size,), np.float32)
-        long = full
-        at_long = {k: v.shape[1:] for k, v in jax.eval_shape(forward, whole).items()}
-    return {k for k in candidates if as_long(at_long[k], long)}
+        return frozenset(k for k in candidates if as_long(at_long[k], long))
+    signature = results[0][2]
+    key = (short, full, *sorted((k, v.dtype.str, v.shape[1:]) for k, v in signature.items()))
+    if key not in _SETTLED:
+        whole = jax.device_get(forward(batch(arrays, results[0][1], batch_size)))
+        _SETTLED[key] = frozenset(k for k in candidates if as_long(whole[k].shape[1:], full))
+    return _SETTLED[key]
