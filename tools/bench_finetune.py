@@ -15,9 +15,10 @@ linear schedule (torch's AdamW always corrects the moments' bias; zhlm's, as BER
 default), gradient clipping. Epoch 1 includes zhlm's compilation, so the figures are
 those of the last epoch (its training and its evaluation pass): examples per second of
 training rows, the ratio zhlm / peer, the real-token share of each side's computed positions
-(zhlm's: the rows' token counts over the fixed length every batch is padded to),
-and the dev metric after the same epochs (accuracy; NER: entity micro-F1 by zhlm's conlleval
-metric on both sides).
+(zhlm's from its ``metrics.jsonl``: batches in length buckets; beside it the share if every
+batch were padded to ``task.max_seq_length``), the dev metric after the same epochs (accuracy;
+NER: entity micro-F1 by zhlm's conlleval metric on both sides), and zhlm's length buckets with
+their training rows.
 """
 
 from __future__ import annotations
@@ -84,11 +85,13 @@ class _EpochClock:
     """stdout that notes when zhlm-finetune prints each epoch's line (after its dev pass)."""
 
     def __init__(self, stream):
-        self.stream, self.marks = stream, []
+        self.stream, self.marks, self.buckets = stream, [], "-"
 
     def write(self, text):
         if "zhlm-finetune: seed" in text and " epoch " in text:
             self.marks.append(time.monotonic())
+        if text.startswith("zhlm-finetune: length buckets "):
+            self.buckets = text.split("length buckets ")[1].split(" in training")[0]
         return self.stream.write(text)
 
     def flush(self):
@@ -97,6 +100,7 @@ class _EpochClock:
 
 def _zhlm(config, init: str, workdir: str) -> dict:
     from zhlm.finetune.train import finetune
+    from zhlm.train import metrics
 
     clock, stdout = _EpochClock(sys.stdout), sys.stdout
     sys.stdout, began = clock, time.monotonic()
@@ -107,7 +111,11 @@ def _zhlm(config, init: str, workdir: str) -> dict:
     marks = [began] + clock.marks
     (seed,) = results["seeds"]
     metric = results["metric"]
-    return dict(last_epoch=marks[-1] - marks[-2], total=marks[-1] - began, metric=seed[metric])
+    share = metrics.read(workdir, f"seed{seed['seed']}")[-1]["real_token_fraction"]
+    return dict(
+        last_epoch=marks[-1] - marks[-2], total=marks[-1] - began, metric=seed[metric],
+        real_share=share, buckets=clock.buckets,
+    )  # fmt: skip
 
 
 def _hf_features(task, examples, tokenizer, config):
@@ -213,9 +221,11 @@ def _hf(task, config, init, train, dev) -> dict:
 def run(args):
     from zhlm.finetune import tasks
 
-    print("| task | size | train rows | zhlm ex/s | peer ex/s | ratio | zhlm real share | "
-          "peer real share | zhlm dev | peer dev |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| task | size | train rows | zhlm ex/s | peer ex/s | ratio | zhlm real share | "
+        "at max length | peer real share | zhlm dev | peer dev | zhlm buckets (rows) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for task in args.tasks:
         config = _config(task, args)
         train, dev, _ = tasks.read_task(config.task)
@@ -227,8 +237,9 @@ def run(args):
         ours_rate, peer_rate = len(train) / ours["last_epoch"], len(train) / peer["last_epoch"]
         print(
             f"| {task} | {args.size} | {len(train):,} | {ours_rate:.0f} | {peer_rate:.0f} | "
-            f"{ours_rate / peer_rate:.2f} | {peer['fixed_share']:.1%} | {peer['real_share']:.1%} | "
-            f"{ours['metric']:.1f} | {peer['metric']:.1f} |",
+            f"{ours_rate / peer_rate:.2f} | {ours['real_share']:.1%} | {peer['fixed_share']:.1%} | "
+            f"{peer['real_share']:.1%} | {ours['metric']:.1f} | {peer['metric']:.1f} | "
+            f"{ours['buckets']} |",
             flush=True,
         )
 

@@ -206,6 +206,9 @@ def _task():
             labels=(),
             scheme="auto",  # ner tag files: auto (detected), bio, iob1, bioes or bmes
             max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
+            # Lengths batches are cut to, max_seq_length always last (zhlm.finetune.batching):
+            # (): powers of two from 32; (max_seq_length,): every batch at the full length.
+            length_buckets=(),
             doc_stride=128,  # mrc, ner: tokens between the starts of consecutive windows
             max_query_length=64,  # mrc: question tokens kept
             num_choices=0,  # multiple_choice: options per question (0: a training question's most)

@@ -1,5 +1,5 @@
 """``zhlm.finetune.train``'s per-epoch speed in ``metrics.jsonl``: examples and real tokens per
-second, and the share of computed positions that are real tokens (what padding costs)."""
+second, and the share of computed positions (batches in length buckets) that are real tokens."""
 
 import math
 
@@ -30,7 +30,11 @@ def test_each_epoch_records_its_speed_and_real_token_share(tmp_path):
     task.max_seq_length = 64
     arrays = kind.featurize(train[:40], WordPiece(default_vocab()), task, training=True).arrays
     real = int(np.sum(arrays["attention_mask"]))
-    expected = real / (math.ceil(40 / 16) * 16 * 64)  # three batches of 16 rows, 8 of them padding
+    # Batches of 16 rows within the length buckets 32 and 64, the last of each filled.
+    short = int(np.sum(arrays["attention_mask"].sum(-1) <= 32))
+    computed = 16 * (math.ceil(short / 16) * 32 + math.ceil((40 - short) / 16) * 64)
+    assert 0 < short < 40
+    expected = real / computed
     for line in lines:
         assert line["real_token_fraction"] == expected
         assert line["examples_per_second"] > 0

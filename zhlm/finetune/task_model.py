@@ -131,6 +131,7 @@ def _records(task, examples, tokenizer, forward, config) -> list[dict]:
         lambda batch: kind.device_outputs(forward(batch), batch),
         features.arrays,
         config.train.batch_size,
+        task.length_buckets,
     )
     records = kind.records(examples, kind.decode(features, outputs, examples, task), task)
     if len(records) != len(examples):  # the file front end relies on one line per input

@@ -5,10 +5,13 @@ The recipe of the BERT, Chinese-BERT-wwm and MacBERT papers: AdamW, linear warmu
 every epoch with the best epoch kept, and several seeds reported as max and mean (fine-tuning
 on small sets varies more between seeds than between many of the models compared).
 
-Shapes are static: every batch has ``train.batch_size`` rows, the last one padded with rows of
-weight 0 that count in neither the loss nor the metrics, so each step compiles once. The train
-step is one jitted pure function that donates the state and draws dropout from
-``fold_in(key, step)``; the seeds share the compiled functions.
+Shapes are static and few: every batch has ``train.batch_size`` rows of one length bucket
+(:mod:`zhlm.finetune.batching`: the rows' real lengths pick one of a few lengths known up
+front), the last batch of each bucket padded with rows of weight 0 that count in neither the
+loss nor the metrics, so each jitted function compiles once per bucket with rows, all in the
+first epoch. The training order (rows shuffled within their buckets, then the batches) is a
+function of the seed. The train step is one jitted pure function that donates the state and
+draws dropout from ``fold_in(key, step)``; the seeds share the compiled functions.
 
 Files in ``workdir`` (named in ``zhlm.workdir``): ``results.json`` (also returned),
 ``config.json``, ``metrics.jsonl`` (train loss and dev metrics per epoch, one split per seed;
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import time
 
 import jax
@@ -77,11 +79,17 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     data = _Data(config, kind, tokenizer)
     _check_fits(config, tokenizer)
     train = config.train
-    num_steps = train.epochs * math.ceil(data.num_train / train.batch_size)
+    num_steps = train.epochs * data.train_buckets.num_batches(train.batch_size)
     trainer = task_trainer(config, kind, num_steps)
     print(
         f"zhlm-finetune: {config.task.name} ({config.task.kind}) from {init_from}: "
         f"{data.num_train} training rows, {num_steps} steps, {train.seeds} seed(s)",
+        flush=True,
+    )
+    print(
+        f"zhlm-finetune: length buckets {data.train_buckets.describe()} in training, "
+        f"{data.eval_buckets.describe()} in evaluation: {data.train_buckets.programs} "
+        f"train-step and {data.eval_buckets.programs} forward programs",
         flush=True,
     )
     loaded_params = None if loaded is None else loaded.with_task_heads()
@@ -170,6 +178,8 @@ class _Data:
         self.train = kind.featurize(train, tokenizer, task, training=True).arrays
         self.eval = kind.featurize(self.examples, tokenizer, task, training=False)
         self.num_train = len(self.train["input_ids"])
+        self.train_buckets = batching.Buckets.of(self.train, task.length_buckets)
+        self.eval_buckets = batching.Buckets.of(self.eval.arrays, task.length_buckets)
 
 
 def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
@@ -269,14 +279,14 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
     if done:
         state, history, best = progress.restore(state)
         for _ in range(done):  # the finished epochs' orders, so the next epoch's is the same
-            order_rng.permutation(data.num_train)
+            data.train_buckets.plan(train.batch_size, order_rng)
         print(f"zhlm-finetune: seed {seed} continues after epoch {done}", flush=True)
     for epoch in range(done + 1, train.epochs + 1):
         epoch_sums, began = None, time.monotonic()
-        order = order_rng.permutation(data.num_train)
+        plan = data.train_buckets.plan(train.batch_size, order_rng)
         batches = tqdm(
-            batching.batches(data.train, train.batch_size, order),
-            total=-(-data.num_train // train.batch_size),
+            (batching.batch(data.train, rows, train.batch_size, n) for n, rows in plan),
+            total=len(plan),
             desc=f"seed {seed} epoch {epoch}/{train.epochs}",
             unit="step",
             leave=False,
@@ -310,12 +320,10 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
 
 def _throughput(data, batch_size: int, seconds: float) -> dict:
     """An epoch's training speed (first epoch: compilation included) for ``metrics.jsonl``:
-    examples and real tokens per second, and the share of the computed positions (padded rows
-    and batches included) that are real tokens."""
-    mask = data.train["attention_mask"]
-    rows = len(mask)
-    real = int(np.sum(mask))
-    computed = -(-rows // batch_size) * batch_size * (mask.size // rows)
+    examples and real tokens per second, and the share of the computed positions (each batch
+    at its bucket's length, filled batches included) that are real tokens."""
+    real = int(np.sum(data.train["attention_mask"]))
+    computed = data.train_buckets.computed_positions(batch_size)
     return dict(
         examples_per_second=data.num_train_examples / seconds,
         tokens_per_second=real / seconds,
@@ -330,7 +338,8 @@ def _mean(epoch_sums) -> float:
 def _evaluate(params, config, kind, data, trainer) -> tuple[dict, object]:
     """Dev metrics (percent) and the kind's predictions."""
     forward = functools.partial(trainer.forward, params)
-    outputs = batching.run(forward, data.eval.arrays, config.train.batch_size)
+    batch_size, buckets = config.train.batch_size, config.task.length_buckets
+    outputs = batching.run(forward, data.eval.arrays, batch_size, buckets)
     predictions = kind.decode(data.eval, outputs, data.examples, config.task)
     return kind.score(data.eval, data.examples, predictions), predictions
 
