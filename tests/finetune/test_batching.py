@@ -14,6 +14,7 @@ from test_kinds import SAMPLES
 from zhlm import defaults
 from zhlm.finetune import batching, kinds, pretrained, tasks
 from zhlm.finetune import train as train_lib
+from zhlm.finetune.progress import Progress
 from zhlm.models import model_config
 from zhlm.train import metrics as metrics_lib
 
@@ -173,12 +174,26 @@ def test_a_seeded_run_repeats_and_compiles_once_per_bucket(tmp_path, tokenizer):
     trainer = train_lib.task_trainer(config, kind, steps)
     writer = metrics_lib.Writer(str(tmp_path))
     try:
-        runs = [train_lib._run(0, config, kind, data, trainer, None, writer) for _ in range(2)]
+        runs = [
+            train_lib._run(
+                0,
+                config,
+                kind,
+                data,
+                trainer,
+                None,
+                writer,
+                Progress(str(tmp_path / w), config, None),
+            )
+            for w in ("first", "second")
+        ]
     finally:
         writer.close()
-    losses = [[epoch["train_loss"] for epoch in run["history"]] for run in runs]
-    assert losses[0] == losses[1]
-    np.testing.assert_array_equal(runs[0]["preds"], runs[1]["preds"])
+    assert runs[0]["history"] == runs[1]["history"]  # every epoch's loss and dev metrics
+    for a, b in zip(
+        jax.tree.leaves(runs[0]["params"]), jax.tree.leaves(runs[1]["params"]), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
     # Two seeds' runs of two epochs each: one program per bucket with rows, no recompilation.
     assert trainer.step_fn._cache_size() == data.train_buckets.programs
     assert trainer.forward_fn._cache_size() == data.eval_buckets.programs
