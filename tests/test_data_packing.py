@@ -121,3 +121,19 @@ def test_packed_dataset_through_the_loader(clue_sample, tmp_path):
     assert batch["segment_ids"].shape == (4, config.data.max_seq_length)
     assert batch["instance_starts"].shape == batch["sentence_label"].shape == (4, k)
     assert ((batch["segment_ids"] > 0) == (batch["attention_mask"] > 0)).all()
+
+
+def test_dialogue_records_pack_with_their_roles_and_labels(tmp_path):
+    from test_dialogue import DIALOGUES, dlm_config
+
+    lines = open(DIALOGUES, encoding="utf-8").read().splitlines()[:120]
+    path = tmp_path / "dialogues.jsonl"
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    out = {}
+    for pack in (False, True):
+        config = dlm_config()
+        config.data.pack = pack
+        out[pack], _ = pipeline.process_shard(text.Shard("dialogue", str(path)), config.data)
+    assert len(out[True]["input_ids"]) < len(out[False]["input_ids"])
+    want = sorted(_key(f, label) for f, label in _instances_of(out[False]))
+    assert sorted(_key(f, label) for f, label in _instances_of(out[True])) == want

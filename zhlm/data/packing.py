@@ -38,7 +38,7 @@ import numpy as np
 
 from zhlm.data.annotate import UNIT_FIELDS
 
-WINDOW = 16  # open rows an instance may go into (first-fit): more packs tighter, costs time
+WINDOW = 64  # open rows an instance may go into (first-fit): more packs tighter, costs time
 SLOT_FIELDS = ("instance_starts", "sentence_label")  # [K] per row; sentence_label if present
 
 
