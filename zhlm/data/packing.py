@@ -22,7 +22,7 @@ head one gathered vector each.
 ``data.pack`` is off by default, so that records, the tools that read them and the tests that
 expect one instance per row stay as they are; turn it on for training: at 512 tokens it lifts
 every recipe's real-token share above 90%. FULL-SENTENCES rows (RoBERTa-wwm) at 128 tokens stay
-near 85% packed: they end where the next whole sentence does not fit, so most are too long to
+at 85-87% packed: they end where the next whole sentence does not fit, so most are too long to
 share a row, and packing never splits an instance.
 
 A packed record has the instances' per-token fields laid end to end, padding after, plus
