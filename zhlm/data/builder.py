@@ -10,6 +10,9 @@ The dataset is ``zhlm_pretrain/<recipe>_<format>_<max_seq_length>``; each input 
 sources with weights and knows each one's size. A record is one ``[F, S]`` int32 array
 (``arrays``: the per-token fields, named in order by the metadata's ``fields``) and, for the
 sentence-pair formats, the scalar ``sentence_label``; the loader splits ``arrays`` by name.
+Packed (``data.pack``, :mod:`zhlm.data.packing`), ``arrays`` has ``segment_ids`` too, and
+``instance_starts`` and ``sentence_label`` are ``[K]`` per record; the dataset's name ends in
+``_packed``.
 
 The prepare report is the same on both paths: it lands in the dataset's metadata (``report``)
 and in ``report.txt`` beside it. Beam workers may be other machines, so there each split's
@@ -34,17 +37,19 @@ _ENCODING = tfds.features.Encoding.BYTES
 
 
 def builder_config_name(data_config, recipe: str) -> str:
-    return f"{recipe}_{data_config.format}_{data_config.max_seq_length}"
+    packed = "_packed" if data_config.pack else ""
+    return f"{recipe}_{data_config.format}_{data_config.max_seq_length}{packed}"
 
 
 class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
     """Pretraining instances from raw Chinese text (see the module docstring)."""
 
-    VERSION = tfds.core.Version("1.2.0")  # part of zhlm.data.cache's key: bump on any change
+    VERSION = tfds.core.Version("1.3.0")  # part of zhlm.data.cache's key: bump on any change
     RELEASE_NOTES = {
         "1.0.0": "First release.",
         "1.1.0": "Word ids from jieba's dictionary without its HMM; arrays stored as raw bytes.",
         "1.2.0": "The per-token fields of a record stacked into one array, `arrays`.",
+        "1.3.0": "Packed records (data.pack): segment_ids, instance_starts, [K] sentence_label.",
     }
 
     def __init__(self, *, data_config, recipe, inputs=(), num_processes=1, progress=True, **kw):
@@ -64,8 +69,13 @@ class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
         names = pipeline.token_fields(self.data_config)
         shape = (len(names), self.data_config.max_seq_length)
         features = {"arrays": tfds.features.Tensor(shape=shape, dtype=np.int32, encoding=_ENCODING)}
-        if "sentence_label" in pipeline.example_fields(self.data_config):
-            features["sentence_label"] = tfds.features.Scalar(dtype=np.int32)
+        slot_shape = pipeline.slot_shape(self.data_config)
+        for name in pipeline.slot_fields(self.data_config):
+            features[name] = (
+                tfds.features.Tensor(shape=slot_shape, dtype=np.int32, encoding=_ENCODING)
+                if slot_shape
+                else tfds.features.Scalar(dtype=np.int32)
+            )
         return tfds.core.DatasetInfo(
             builder=self,
             description=__doc__,

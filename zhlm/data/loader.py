@@ -198,8 +198,9 @@ class Loader:
         examples = [self.sources[name][i] for name, i in plan]
         arrays = np.stack([e["arrays"] for e in examples]).astype(np.int32, copy=False)
         batch = {name: arrays[:, i] for i, name in enumerate(self.fields)}
-        if "sentence_label" in examples[0]:
-            batch["sentence_label"] = np.array([e["sentence_label"] for e in examples], np.int32)
+        for name in examples[0]:  # sentence_label; packed, instance_starts too ([B] or [B,K])
+            if name != "arrays":
+                batch[name] = np.array([e[name] for e in examples], np.int32)
         return batch
 
     def num_eval_batches(self) -> int:

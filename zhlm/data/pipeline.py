@@ -19,7 +19,7 @@ import types
 import numpy as np
 
 from zhlm import paths
-from zhlm.data import annotate, dialogue, instances, text
+from zhlm.data import annotate, dialogue, instances, packing, text
 
 _ANNOTATORS = {}  # one per process and config (tokenizer, jieba and lexicons load once)
 
@@ -81,9 +81,12 @@ def process_shard(shard: text.Shard, data_config):
     )
     rows = source_instances(shard, data_config, ann, writer, (py_rng, np_rng), converter, report)
     report.count("instances", len(rows))
+    if data_config.pack:
+        rows = packing.pack(rows, data_config.max_seq_length, writer.pad)
+        report.count("packed_rows", len(rows))
     report.count("bytes", _shard_bytes(shard))
     report.per_source[shard.source] = collections.Counter(report.counts)
-    return _stack(rows, data_config.format, ann.fields, data_config.max_seq_length), report
+    return _stack(rows, data_config, ann.fields), report
 
 
 def _text(shard, data_config, ann, writer, rngs, converter, report):
@@ -114,23 +117,38 @@ def _shard_bytes(shard, size=None):
 
 
 def example_fields(data_config) -> tuple[str, ...]:
-    names = instances.output_fields(annotate.check_fields(data_config.fields))
-    return names + (("sentence_label",) if data_config.format in ("segment_pair", "sop") else ())
+    """Every field of a record: :func:`token_fields`, then :func:`slot_fields`."""
+    return token_fields(data_config) + slot_fields(data_config)
 
 
 def token_fields(data_config) -> tuple[str, ...]:
     """The per-token fields, in the order they are stacked into a record's ``arrays``."""
-    return tuple(n for n in example_fields(data_config) if n != "sentence_label")
+    names = instances.output_fields(annotate.check_fields(data_config.fields))
+    return names + (("segment_ids",) if data_config.pack else ())
 
 
-def _stack(rows, fmt, fields, length):
-    names = instances.output_fields(fields)
+def slot_fields(data_config) -> tuple[str, ...]:
+    """The fields beside ``arrays``: the scalar ``sentence_label`` of the sentence-pair formats,
+    or, packed, ``[K]`` per row (``zhlm.data.packing``)."""
+    sentence = ("sentence_label",) if data_config.format in ("segment_pair", "sop") else ()
+    return (("instance_starts",) if data_config.pack else ()) + sentence
+
+
+def slot_shape(data_config) -> tuple[int, ...]:
+    """Shape of each slot field in one record: () unpacked, ``(K,)`` packed."""
+    return (packing.max_instances(data_config.max_seq_length),) if data_config.pack else ()
+
+
+def _stack(rows, data_config, fields):
+    names = instances.output_fields(fields) + (("segment_ids",) if data_config.pack else ())
+    length = data_config.max_seq_length
     if not rows:
         out = {n: np.zeros((0, length), np.int32) for n in names}
     else:
         out = {n: np.stack([r[n] for r in rows]) for n in names}
-    if fmt in ("segment_pair", "sop"):
-        out["sentence_label"] = np.array([r["sentence_label"] for r in rows], np.int32)
+    for n in slot_fields(data_config):
+        shape = (len(rows), *slot_shape(data_config))
+        out[n] = np.array([r[n] for r in rows], np.int32).reshape(shape)
     return out
 
 
@@ -138,13 +156,11 @@ def examples(shard, batch, names):
     """``(key, example)`` pairs of a processed shard, keyed by shard and position. The per-token
     fields ``names`` are one ``[len(names), S]`` array per record: TFDS encodes and serializes
     one feature in 25 us against 61 us for five, and its writer is the serial part of
-    ``zhlm-prepare``."""
+    ``zhlm-prepare``. The other fields of ``batch`` (:func:`slot_fields`) go beside it."""
     arrays = np.stack([batch[n] for n in names], axis=1)
-    labels = batch.get("sentence_label")
+    slots = {n: v for n, v in batch.items() if n not in names}
     for i in range(len(arrays)):
-        example = {"arrays": arrays[i]}
-        if labels is not None:
-            example["sentence_label"] = labels[i]
+        example = {"arrays": arrays[i], **{n: v[i] for n, v in slots.items()}}
         yield shard_key(shard, i), example
 
 

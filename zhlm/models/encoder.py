@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zhlm.models.layers import ModelConfig, TransformerLayer
+from zhlm.models.layers import ModelConfig, TransformerLayer, attention_mask_of
 
 REMAT_POLICIES = {
     "none": None,
@@ -19,12 +19,13 @@ REMAT_POLICIES = {
 
 
 class Encoder(nn.Module):
-    """Runs ``config.applications`` post-LN layers over ``x`` [B,S,H] with key mask [B,S]."""
+    """Runs ``config.applications`` post-LN layers over ``x`` [B,S,H] with key mask [B,S];
+    with ``segment_ids`` [B,S] (packed rows), attention stays within each segment."""
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x, attention_mask, deterministic=True):
+    def __call__(self, x, attention_mask, deterministic=True, segment_ids=None):
         cfg = self.config
         layer = TransformerLayer
         if cfg.remat != "none":
@@ -36,7 +37,7 @@ class Encoder(nn.Module):
             in_axes=(0, nn.broadcast),
             length=cfg.applications,
         )
-        mask = attention_mask[:, None, None, :].astype(jnp.bool_)
+        mask = attention_mask_of(attention_mask, segment_ids)
         steps = jnp.arange(cfg.applications, dtype=jnp.int32)
         x, _ = stack(cfg, deterministic, name="layers")(x, steps, mask)
         return x

@@ -22,6 +22,10 @@ path's are; the kernels apply it to the normalised probabilities exactly as ``nn
 does there (kept / (1 - rate), dropped 0), and the backward pass reuses it. Masks cost one byte
 per score, read twice, instead of the XLA path's float32 traffic.
 
+Packed rows (``zhlm.data.packing``) need a mask per query, block-diagonal: it enters as a
+float32 [S, S] bias per sequence (shared by its heads, 1 MB at 512) instead of the [1, S] key
+bias; the kernels add it to the scores the same way, so nothing else changes.
+
 The kernels run per shard: under a mesh, :func:`flash_attention` is wrapped in ``shard_map``
 over the batch's and heads' mesh axes (the model's logical rules), since XLA cannot partition a
 kernel it does not see into. On a backend other than TPU the same kernels run in Pallas'
@@ -46,9 +50,10 @@ _NEG = float(jnp.finfo(jnp.float32).min)  # as the XLA path's masked logits
 
 def flash_attention(q, k, v, mask, keep=None, rate: float = 0.0):
     """Softmax attention of ``q, k, v`` [B, S, H, D] over the keys that ``mask`` [B, 1, 1, S]
-    keeps (True: attend); with ``rate`` > 0, the probabilities where ``keep`` [B, H, S, S] is
-    False are dropped and the rest scaled by 1 / (1 - rate). Returns [B, S, H, D] in ``q``'s
-    dtype; differentiable in q, k and v."""
+    keeps (True: attend), or per query with [B, 1, S, S] (packed rows' block-diagonal); with
+    ``rate`` > 0, the probabilities where ``keep`` [B, H, S, S] is False are dropped and the
+    rest scaled by 1 / (1 - rate). Returns [B, S, H, D] in ``q``'s dtype; differentiable in
+    q, k and v."""
     b, s, h, d = q.shape
     if s > MAX_LENGTH:
         raise ValueError(
@@ -57,7 +62,8 @@ def flash_attention(q, k, v, mask, keep=None, rate: float = 0.0):
         )
     if rate and keep is None:
         raise ValueError("flash_attention: dropout rate given without a keep mask")
-    bias = jnp.where(mask.reshape(b, 1, s), 0.0, _NEG).astype(jnp.float32)
+    rows = mask.shape[2]  # 1: one key mask for every query; S: a mask per query
+    bias = jnp.where(mask.reshape(b, rows, s), 0.0, _NEG).astype(jnp.float32)
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
     keep8 = keep.astype(jnp.int8) if rate else None
     out = _attention(*heads_first, bias, keep8, float(rate))
@@ -168,9 +174,9 @@ def _pair(*block):
     return pl.BlockSpec((None, None, *block), lambda b, h: (b, h, 0, 0))
 
 
-def _specs(s, d, rate, extra=()):
-    """Block specs of (q, k, v, bias[, keep], *extra)."""
-    bias = pl.BlockSpec((None, 1, s), lambda b, h: (b, 0, 0))
+def _specs(s, d, rows, rate, extra=()):
+    """Block specs of (q, k, v, bias[, keep], *extra); ``bias`` has ``rows`` 1 or S."""
+    bias = pl.BlockSpec((None, rows, s), lambda b, h: (b, 0, 0))
     keep = [_pair(s, s)] if rate else []
     return [_pair(s, d)] * 3 + [bias, *keep, *extra]
 
@@ -194,10 +200,11 @@ def _call(kernel, grid, in_specs, out_specs, out_shape, cost, args):
     return jax.lax.platform_dependent(tpu=lambda: run(False), default=lambda: run(True))
 
 
-def _cost(b, h, s, d, itemsize, rate, matmuls, tensors):
+def _cost(b, h, s, d, itemsize, rate, matmuls, tensors, rows):
     """What each kernel computes and moves, for XLA's cost model (it cannot see inside):
-    ``tensors`` [S, D] blocks read or written per pair, the key bias, the int8 keep mask."""
-    per_pair = tensors * s * d * itemsize + s * 4 + (s * s if rate else 0)
+    ``tensors`` [S, D] blocks read or written per pair, the [rows, S] bias, the int8 keep
+    mask."""
+    per_pair = tensors * s * d * itemsize + rows * s * 4 + (s * s if rate else 0)
     return pl.CostEstimate(
         flops=b * h * matmuls * 2 * s * s * d,
         transcendentals=b * h * s * s,
@@ -209,16 +216,18 @@ def _forward(q, k, v, bias, keep, rate):
     b, h, s, d = q.shape
     args = (q, k, v, bias, *([keep] if rate else []))
     out_shape = jax.ShapeDtypeStruct(q.shape, q.dtype)
-    cost = _cost(b, h, s, d, q.dtype.itemsize, rate, 2, 4)
+    rows = bias.shape[1]
+    cost = _cost(b, h, s, d, q.dtype.itemsize, rate, 2, 4, rows)
     kernel = functools.partial(_fwd_kernel, rate=rate)
-    return _call(kernel, (b, h), _specs(s, d, rate), _pair(s, d), out_shape, cost, args)
+    return _call(kernel, (b, h), _specs(s, d, rows, rate), _pair(s, d), out_shape, cost, args)
 
 
 def _backward(q, k, v, bias, keep, d_out, rate):
     b, h, s, d = q.shape
     args = (q, k, v, bias, *([keep] if rate else []), d_out)
     out_shape = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v))
-    cost = _cost(b, h, s, d, q.dtype.itemsize, rate, 5, 7)
+    rows = bias.shape[1]
+    cost = _cost(b, h, s, d, q.dtype.itemsize, rate, 5, 7, rows)
     kernel = functools.partial(_bwd_kernel, rate=rate)
-    in_specs = _specs(s, d, rate, (_pair(s, d),))
+    in_specs = _specs(s, d, rows, rate, (_pair(s, d),))
     return _call(kernel, (b, h), in_specs, (_pair(s, d),) * 3, out_shape, cost, args)

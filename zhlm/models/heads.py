@@ -24,16 +24,18 @@ def gather(x, positions):
 
 
 class Pooler(nn.Module):
-    """tanh(W h_[CLS] + b), the input of the sentence head and of classification tasks."""
+    """tanh(W h_[CLS] + b), the input of the sentence head and of classification tasks.
+
+    ``starts`` [B,K] (packed rows): the [CLS] of each instance, pooled [B,K,H]; None: the
+    [CLS] at position 0, pooled [B,H]."""
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, sequence_output):
+    def __call__(self, sequence_output, starts=None):
         cfg = self.config
-        return jnp.tanh(
-            dense(cfg, cfg.hidden_size, ("embed", "mlp"), "dense")(sequence_output[:, 0])
-        )
+        cls = sequence_output[:, 0] if starts is None else gather(sequence_output, starts)
+        return jnp.tanh(dense(cfg, cfg.hidden_size, ("embed", "mlp"), "dense")(cls))
 
 
 class OutputBias(nn.Module):

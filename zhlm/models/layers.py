@@ -253,7 +253,9 @@ class Embeddings(nn.Module):
         if cfg.embed_dim:
             self.projection = dense(cfg, cfg.hidden_size, ("factor", "embed"), None)
 
-    def __call__(self, input_ids, token_type_ids, deterministic):
+    def __call__(self, input_ids, token_type_ids, deterministic, segment_ids=None):
+        """``segment_ids`` [B,S] (packed rows, ``zhlm.data.packing``): positions restart at 0
+        where the segment changes; None: positions 0..S-1."""
         seq_len = input_ids.shape[-1]
         if seq_len > self.config.max_position_embeddings:
             raise ValueError(
@@ -261,7 +263,10 @@ class Embeddings(nn.Module):
                 f"{self.config.max_position_embeddings}"
             )
         x = jnp.take(self._table(), input_ids, axis=0)
-        x = x + self.position_embeddings(jnp.arange(seq_len))[None]
+        if segment_ids is None:
+            x = x + self.position_embeddings(jnp.arange(seq_len))[None]
+        else:
+            x = x + self.position_embeddings(segment_positions(segment_ids))
         x = x + self.token_type_embeddings(token_type_ids)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
         if self.config.embed_dim:
@@ -283,6 +288,23 @@ class Embeddings(nn.Module):
         copies the largest tensor of the step forward and pads its gradient back."""
         table = self._table()[: self.config.vocab_size]
         return jnp.dot(x.astype(self.config.dtype), table.T)
+
+
+def segment_positions(segment_ids):
+    """[B,S] position of each token within its segment: 0 where the segment id changes."""
+    pos = jnp.arange(segment_ids.shape[-1], dtype=jnp.int32)
+    before = jnp.concatenate([segment_ids[:, :1] - 1, segment_ids[:, :-1]], axis=1)
+    start = jax.lax.cummax(jnp.where(segment_ids != before, pos, 0), axis=1)
+    return pos - start
+
+
+def attention_mask_of(attention_mask, segment_ids=None):
+    """The boolean mask attention takes: [B,1,1,S] over keys from ``attention_mask`` [B,S];
+    with ``segment_ids`` [B,S], block-diagonal [B,1,S,S]: a token attends to the tokens of its
+    own segment only (padding, segment 0, to padding, so no row is empty)."""
+    if segment_ids is None:
+        return attention_mask[:, None, None, :].astype(jnp.bool_)
+    return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
 
 
 def attention(q, k, v, mask, dropout: nn.Dropout, deterministic: bool):
@@ -318,7 +340,8 @@ class TransformerLayer(nn.Module):
     """One post-LN BERT layer, written as an ``nn.scan`` body over layer applications.
 
     ``carry`` is the hidden state; ``application`` is this step's index, which picks each
-    block's parameter set. ``mask`` is the [B,1,1,S] boolean key mask.
+    block's parameter set. ``mask`` is the [B,1,1,S] boolean key mask, or [B,1,S,S] for packed
+    rows (``attention_mask_of``).
     """
 
     config: ModelConfig

@@ -17,7 +17,11 @@ class Model(nn.Module):
     deterministic=True)`` -> dict with ``sequence_output`` [B,S,H], ``pooled_output`` [B,H],
     ``mlm_logits`` ([B,P,V] at ``masked_positions``, else [B,S,V]), ``sentence_logits`` [B,2]
     when the recipe has NSP/SOP, and ``sbo_logits`` [B,P,V] when it has the span boundary head
-    and ``span_left``, ``span_right``, ``span_offset`` [B,P] are given. Logits are float32."""
+    and ``span_left``, ``span_right``, ``span_offset`` [B,P] are given. Logits are float32.
+
+    Packed rows (``zhlm.data.packing``) also give ``segment_ids`` [B,S] (positions restart and
+    attention stays within each instance) and ``instance_starts`` [B,K] (each instance's [CLS]):
+    then ``pooled_output`` is [B,K,H] and ``sentence_logits`` [B,K,2]."""
 
     config: ModelConfig
 
@@ -32,15 +36,17 @@ class Model(nn.Module):
         if cfg.span_boundary_head:
             self.sbo = SpanBoundaryHead(cfg)
 
-    def encode(self, input_ids, token_type_ids, attention_mask, deterministic=True):
+    def encode(
+        self, input_ids, token_type_ids, attention_mask, deterministic=True, segment_ids=None
+    ):
         """The sequence output [B,S,H]. The fine-tuning models (``zhlm.finetune.kinds``)
         subclass this model and call it too, so their encoder is this one by construction."""
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
         if attention_mask is None:
             attention_mask = jnp.ones_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids, deterministic)
-        return self.encoder(x, attention_mask, deterministic)
+        x = self.embeddings(input_ids, token_type_ids, deterministic, segment_ids)
+        return self.encoder(x, attention_mask, deterministic, segment_ids)
 
     def __call__(
         self,
@@ -52,9 +58,13 @@ class Model(nn.Module):
         span_left=None,
         span_right=None,
         span_offset=None,
+        segment_ids=None,
+        instance_starts=None,
     ):
-        sequence_output = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
-        pooled_output = self.pooler(sequence_output)
+        sequence_output = self.encode(
+            input_ids, token_type_ids, attention_mask, deterministic, segment_ids
+        )
+        pooled_output = self.pooler(sequence_output, instance_starts)
         picked = (
             sequence_output
             if masked_positions is None

@@ -50,9 +50,11 @@ def sbo_loss(outputs, batch):
 
 
 def sentence_loss(outputs, batch):
-    """NSP or SOP: 2-way logits [B,2] vs ``sentence_label`` [B]."""
+    """NSP or SOP: 2-way logits [B,2] vs ``sentence_label`` [B], or per packed instance
+    [B,K,2] vs [B,K], where a label -1 marks an empty slot, weighed 0."""
     labels = batch["sentence_label"]
-    return token_loss(outputs["sentence_logits"], labels, jnp.ones(labels.shape), "sentence")
+    weights = labels >= 0
+    return token_loss(outputs["sentence_logits"], jnp.maximum(labels, 0), weights, "sentence")
 
 
 def pretraining_loss(outputs, batch):

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from zhlm.data import pipeline
 from zhlm.models import dropout_rngs
 from zhlm.train import hlo_stats, metrics, sharding, tpu
 from zhlm.train import state as state_lib
@@ -62,9 +63,13 @@ def abstract_batch(config, mesh, batch_size=None) -> dict:
     names = ("input_ids", "token_type_ids", "attention_mask", "word_ids") + tuple(
         config.data.fields
     )
+    names += ("segment_ids",) if config.data.pack else ()
     batch = {k: jax.ShapeDtypeStruct((b, s), jnp.int32, sharding=spec) for k in names}
+    slots = (b, *pipeline.slot_shape(config.data))  # [B], or [B,K] for packed rows
+    if config.data.pack:
+        batch["instance_starts"] = jax.ShapeDtypeStruct(slots, jnp.int32, sharding=spec)
     if config.model.sentence_head != "none":
-        batch["sentence_label"] = jax.ShapeDtypeStruct((b,), jnp.int32, sharding=spec)
+        batch["sentence_label"] = jax.ShapeDtypeStruct(slots, jnp.int32, sharding=spec)
     return batch
 
 

@@ -88,7 +88,8 @@ def _loss_fn(model, config, mask_fn):
     def loss(params, batch, rng, deterministic=False):
         mask_rng, dropout_rng = jax.random.split(rng)
         masked = mask_fn(batch, mask_rng, config)
-        span = {k: masked[k] for k in ("span_left", "span_right", "span_offset") if k in masked}
+        optional = ("span_left", "span_right", "span_offset", "segment_ids", "instance_starts")
+        optional_fields = {k: masked[k] for k in optional if k in masked}
         outputs = model.apply(
             {"params": params},
             masked["input_ids"],
@@ -97,7 +98,7 @@ def _loss_fn(model, config, mask_fn):
             masked_positions=masked["masked_positions"],
             deterministic=deterministic,
             rngs=dropout_rngs(dropout_rng, model.config),
-            **span,
+            **optional_fields,
         )
         return objectives.pretraining_loss(outputs, masked)
 
