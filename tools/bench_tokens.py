@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-RECIPES = ("bert", "roberta_wwm", "ernie", "spanbert", "albert", "macbert")
+from zhlm.config_files import RECIPES
 
 
 def real_share(recipe: str, seq: int, corpus: str, pack: bool = False) -> tuple[int, float]:
