@@ -28,6 +28,8 @@ def clue_sample(tmp_path_factory):
 
 
 def _build(recipe, path, **data):
+    """One shard's records of ``recipe``, an instance a row (packing has its own tests)."""
+    data.setdefault("pack", False)
     config = load_config(recipe, "tiny")
     for k, v in data.items():
         setattr(config.data, k, v)

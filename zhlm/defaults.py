@@ -72,7 +72,7 @@ def _data():
             format="segment_pair",  # segment_pair (+NSP), sop, full_sentences or doc_sentences
             max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
             short_seq_prob=0.1,  # chance of a shorter target length (BERT)
-            pack=False,  # several short instances per row, kept apart (zhlm.data.packing)
+            pack=True,  # several short instances per row, kept apart (zhlm.data.packing)
             vocab="",  # WordPiece vocab.txt (empty: the Google Chinese vocab bundled in zhlm)
             tokenizer="wordpiece",  # wordpiece (vocab.txt) or sentencepiece (vocab = a .model)
             lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
