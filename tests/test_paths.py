@@ -94,14 +94,14 @@ def test_metrics_on_storage_without_append_survive_a_resume(gcs, tmp_path, monke
 
 
 def test_params_checkpoint_config_is_read_through_epath(gcs):
-    from zhlm import workdir
+    from zhlm import run_files
 
     root = epath.Path("gs://bucket/ckpt")
-    (root / workdir.PARAMS).mkdir(parents=True, exist_ok=True)
-    (root / workdir.PARAMS / "_METADATA").write_text("{}")
-    assert not workdir.is_params_checkpoint("gs://bucket/ckpt")  # no config.json yet
-    (root / workdir.CONFIG).write_text(json.dumps({}))
-    assert workdir.is_params_checkpoint("gs://bucket/ckpt")
+    (root / run_files.PARAMS).mkdir(parents=True, exist_ok=True)
+    (root / run_files.PARAMS / "_METADATA").write_text("{}")
+    assert not run_files.is_params_checkpoint("gs://bucket/ckpt")  # no config.json yet
+    (root / run_files.CONFIG).write_text(json.dumps({}))
+    assert run_files.is_params_checkpoint("gs://bucket/ckpt")
 
 
 def test_corpus_inputs_on_storage_read_like_local_files(gcs, tmp_path):

@@ -194,7 +194,7 @@ def finetune_config(task: str, scale_name: str):
 def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: str) -> dict:
     """Pretrains (or reuses) one variant and fine-tunes it on every task; returns
     ``{"pretrain": held-out metrics, "minutes": ..., task: results.json}``."""
-    from zhlm import workdir as layout
+    from zhlm import run_files
     from zhlm.finetune.train import finetune
     from zhlm.train import metrics
     from zhlm.train.loop import train_and_evaluate
@@ -205,8 +205,8 @@ def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: 
     config = pretrain_config(variant, scale)
     timing = _Timing(folder)
     tasks = scale_tasks(ablation, scale_name)
-    done = {t: os.path.join(folder, t, layout.RESULTS) for t in tasks}
-    steps = layout.checkpoint_steps(pre)
+    done = {t: os.path.join(folder, t, run_files.RESULTS) for t in tasks}
+    steps = run_files.checkpoint_steps(pre)
     finished = bool(steps) and steps[-1] >= config.train.num_steps
     # Only a fine-tuning still to run needs the checkpoint: a variant whose results are all
     # kept (tools/results keeps no checkpoints) is read back, not pretrained again.

@@ -28,7 +28,7 @@ def tiny_workdir(path: str, config) -> str:
     ``task``: kind, labels, lengths) with Google's vocabulary, as zhlm-finetune leaves one."""
     import jax
 
-    from zhlm import workdir as layout
+    from zhlm import run_files
     from zhlm.data.tokenizer import default_vocab
     from zhlm.finetune import kinds, pretrained
     from zhlm.finetune.train import save_finetuned
@@ -37,7 +37,7 @@ def tiny_workdir(path: str, config) -> str:
     model = kinds.task_model(config)
     inputs = kinds.get(config.task.kind).example_inputs(config.task)
     params = pretrained.init_params(model, jax.random.key(0), inputs)
-    best = save_finetuned(os.path.join(path, layout.BEST), params, config)
+    best = save_finetuned(os.path.join(path, run_files.BEST), params, config)
     shutil.copyfile(default_vocab(), os.path.join(best, VOCAB))
     return path
 

@@ -41,8 +41,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from zhlm import paths
-from zhlm import workdir as layout
+from zhlm import paths, run_files
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0
@@ -324,7 +323,7 @@ def hold(workdir, command: str):
         try:
             root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
             root.mkdir(parents=True, exist_ok=True)
-            lock = _Lock(os.fspath(root / layout.LOCK), command)
+            lock = _Lock(os.fspath(root / run_files.LOCK), command)
             lock.acquire()
         except (WorkdirLocked, OSError) as e:
             lock, cause = None, e

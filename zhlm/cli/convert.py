@@ -26,7 +26,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import zhlm
-from zhlm import convert, workdir
+from zhlm import convert, run_files
 from zhlm.cli import usage
 from zhlm.convert import tokenizer_files
 from zhlm.models import build_model
@@ -49,10 +49,10 @@ _CONFIG = config_flags.DEFINE_config_file(
 def _zhlm_source(folder) -> str | None:
     """What ``--init`` would read from a zhlm folder: a parameter checkpoint or pretraining
     workdir as it is, a fine-tuning workdir's ``best/``; None for any other folder."""
-    best = workdir.path(folder, workdir.BEST)
-    if workdir.is_params_checkpoint(best):
+    best = run_files.path(folder, run_files.BEST)
+    if run_files.is_params_checkpoint(best):
         return str(best)
-    if workdir.is_params_checkpoint(folder) or workdir.is_pretraining(folder):
+    if run_files.is_params_checkpoint(folder) or run_files.is_pretraining(folder):
         return folder
     return None
 

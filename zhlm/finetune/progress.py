@@ -4,7 +4,7 @@ Why: a fine-tuning of a base model on a large task runs for hours, several seeds
 other; a preemption or a closed laptop must cost at most the epoch in progress, and a second
 ``zhlm-finetune`` on a workdir that holds finished results must not silently replace them.
 
-After every epoch the run writes ``progress/`` in its workdir (``zhlm.workdir.PROGRESS``):
+After every epoch the run writes ``progress/`` in its workdir (``zhlm.run_files.PROGRESS``):
 
 * ``progress.json``: the config and init the run was started with, the finished seeds'
   summaries (metrics per epoch, best epoch and scores), and the current seed's epochs so far;
@@ -27,8 +27,7 @@ import shutil
 import jax
 import orbax.checkpoint as ocp
 
-from zhlm import paths
-from zhlm import workdir as layout
+from zhlm import paths, run_files
 from zhlm.train import checkpoint
 
 STATE, BEST, TOP, FILE = "state", "best", "top", "progress.json"
@@ -41,19 +40,19 @@ class FinishedRun(ValueError):
 def check_overwrite(workdir: str, overwrite: bool) -> None:
     """Refuses a workdir with ``results.json`` unless ``overwrite``; with it, removes the old
     results and any progress of an interrupted run, so that the new run starts clean."""
-    root = layout.path(workdir)
-    results = root / layout.RESULTS
+    root = run_files.path(workdir)
+    results = root / run_files.RESULTS
     if overwrite:
         if results.exists():
             results.unlink()
-        _remove(root / layout.PROGRESS)
+        _remove(root / run_files.PROGRESS)
         return
     if results.exists():
         try:
             done = json.loads(results.read_text(encoding="utf-8"))
             what = f"{done['task']}: dev {done['metric']} max {done['max']:.2f}"
         except (ValueError, KeyError, TypeError):
-            what = layout.RESULTS
+            what = run_files.RESULTS
         raise FinishedRun(
             f"{workdir} holds a finished run ({what}): pass --overwrite to replace it, or "
             "give another --workdir"
@@ -64,7 +63,7 @@ class Progress:
     """The ``progress/`` folder of one workdir (see the module docstring)."""
 
     def __init__(self, workdir: str, config, init: str | None):
-        self.root = layout.path(workdir, layout.PROGRESS)
+        self.root = run_files.path(workdir, run_files.PROGRESS)
         self.config = config
         self.identity = {"config": json.loads(config.to_json()), "init": init or None}
         self.runs: list[dict] = []  # finished seeds: summary without parameters

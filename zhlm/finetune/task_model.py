@@ -27,8 +27,7 @@ import json
 
 import jax
 
-from zhlm import defaults, paths
-from zhlm import workdir as layout
+from zhlm import defaults, paths, run_files
 from zhlm.finetune import batching, kinds, pretrained, tasks
 from zhlm.finetune.kinds.base import input_fields
 from zhlm.finetune.train import load_finetuned
@@ -56,15 +55,17 @@ class TaskModel:
         task folder (:func:`from_hf`; ``kind`` picks among kinds of one class); ``fmt`` and
         ``text_fields`` say how inputs are read when not as the run's data was."""
         best = (
-            source if layout.is_params_checkpoint(source) else str(layout.path(source, layout.BEST))
+            source
+            if run_files.is_params_checkpoint(source)
+            else str(run_files.path(source, run_files.BEST))
         )
-        if layout.is_params_checkpoint(best):
+        if run_files.is_params_checkpoint(best):
             model, params, config = load_finetuned(best)
         elif _hf_config(source) is not None:
             model, params, config = from_hf(source, kind)
         else:
             raise FileNotFoundError(
-                f"{source}: no fine-tuned model (a zhlm-finetune workdir with {layout.BEST}/, "
+                f"{source}: no fine-tuned model (a zhlm-finetune workdir with {run_files.BEST}/, "
                 "or a Hugging Face task folder with config.json)"
             )
         task = config.task
@@ -72,7 +73,7 @@ class TaskModel:
         task.format = fmt or task.format
         if text_fields:
             task.text_fields = tuple(text_fields)
-        vocab = layout.path(best, VOCAB)  # the run's vocabulary, saved beside its parameters
+        vocab = run_files.path(best, VOCAB)  # the run's vocabulary, saved beside its parameters
         task.vocab = str(vocab) if vocab.is_file() else task.vocab
         return cls(model, params, config, tasks.load_tokenizer(task))
 
@@ -109,7 +110,7 @@ def from_hf(source: str, kind_name: str = ""):
 
 def _hf_config(source: str) -> dict | None:
     """A Hugging Face folder's ``config.json`` with its architecture, or None."""
-    path = layout.path(source, "config.json")
+    path = run_files.path(source, "config.json")
     if paths.is_remote(source) or not path.is_file():
         return None
     try:

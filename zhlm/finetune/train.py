@@ -13,7 +13,7 @@ first epoch. The training order (rows shuffled within their buckets, then the ba
 function of the seed. The train step is one jitted pure function that donates the state and
 draws dropout from ``fold_in(key, step)``; the seeds share the compiled functions.
 
-Files in ``workdir`` (named in ``zhlm.workdir``): ``results.json`` (also returned),
+Files in ``workdir`` (named in ``zhlm.run_files``): ``results.json`` (also returned),
 ``config.json``, ``metrics.jsonl`` (train loss and dev metrics per epoch, one split per seed;
 TensorBoard events under ``tensorboard/``) drawn as ``curves.png``, ``best/`` (the best run's
 parameters: a parameter checkpoint that :func:`load_finetuned`, ``--init`` and
@@ -42,8 +42,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from zhlm import paths, workdir_lock
-from zhlm import workdir as layout
+from zhlm import paths, run_files, workdir_lock
 from zhlm.finetune import batching, diagnose, kinds, pretrained, tasks
 from zhlm.finetune import progress as progress_lib
 from zhlm.models import dropout_rngs, model_config
@@ -70,7 +69,7 @@ def finetune(
 def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
     started = time.time()
     config = config.copy_and_resolve_references()
-    root = layout.path(workdir)
+    root = run_files.path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     loaded = _pretrained(config, init)
     init_from = loaded.description if loaded else "random initialisation"
@@ -98,7 +97,7 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
     diagnosis = diagnose.diagnose(kind.prior(data.train), first, encode)
     progress = progress_lib.Progress(workdir, config, init)
-    _keep_metrics(root / layout.METRICS, progress)
+    _keep_metrics(root / run_files.METRICS, progress)
     writer = metrics_lib.Writer(workdir)  # metrics.jsonl and TensorBoard, one split per seed
     try:
         for i in range(len(progress.runs), train.seeds):
@@ -106,7 +105,7 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
             progress.finish_seed(run, kind.metric)
     finally:
         writer.close()
-    (root / layout.CONFIG).write_text(config.to_json(indent=2))
+    (root / run_files.CONFIG).write_text(config.to_json(indent=2))
     results = _summary(config, kind, init, init_from, data, progress.runs)
     results.update(diagnosis)
     results["devices"] = int(trainer.mesh.size)
@@ -115,11 +114,11 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     _, predictions = _evaluate(top_params, config, kind, data, trainer)
     results.update(_write_best(config, kind, data, top_params, predictions, root, tokenizer))
     results["seconds"] = round(time.time() - started, 1)
-    tasks.write_json(root / layout.RESULTS, results)
+    tasks.write_json(root / run_files.RESULTS, results)
     progress.remove()
     print(
         f"zhlm-finetune: {config.task.name} dev {results['metric']} max {results['max']:.2f} "
-        f"mean {results['mean']:.2f} over {len(progress.runs)} seed(s); {root / layout.RESULTS}",
+        f"mean {results['mean']:.2f} over {len(progress.runs)} seed(s); {root / run_files.RESULTS}",
         flush=True,
     )
     if results.get("at_majority_rate"):
@@ -379,16 +378,16 @@ def _write_best(config, kind, data, params, predictions, root, tokenizer) -> dic
     (``train.save_best``: ``best/`` is all ``zhlm-predict`` needs); returns their paths."""
     written = kind.write_dev(root, data.examples, predictions)
     if config.train.save_best:
-        written["best"] = save_finetuned(root / layout.BEST, params, config)
+        written["best"] = save_finetuned(root / run_files.BEST, params, config)
         vocab = paths.resolve(tokenizer.vocab_path).read_bytes()
-        layout.path(written["best"], checkpoint.VOCAB).write_bytes(vocab)
+        run_files.path(written["best"], checkpoint.VOCAB).write_bytes(vocab)
     return written
 
 
 def save_finetuned(path, params, config) -> str:
     """A parameter checkpoint of a task model (``zhlm.train.checkpoint``); returns its path."""
     checkpoint.save_params(path, {"params": params}, config)
-    return str(layout.path(path))
+    return str(run_files.path(path))
 
 
 def load_finetuned(path: str):

@@ -2,7 +2,7 @@
 
 A parameter checkpoint (what ``zhlm-convert`` writes, and a fine-tuning run's ``best/``) is a
 folder with ``config.json`` (the zhlm config, so the model is rebuilt without guessing) and
-``params/``, an orbax checkpoint of the parameter tree (``zhlm.workdir`` names the files).
+``params/``, an orbax checkpoint of the parameter tree (``zhlm.run_files`` names the files).
 Training checkpoints (train state, optimizer, data position) belong to ``resume``.
 
 :func:`load` reads parameters from any source a user may name, in one order: a parameter
@@ -26,7 +26,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from zhlm import defaults, paths, workdir
+from zhlm import defaults, paths, run_files
 from zhlm.models import abstract_variables, build_model
 
 VOCAB = "vocab.txt"  # a Hugging Face folder's (or any source folder's) WordPiece vocabulary
@@ -70,26 +70,26 @@ def adopt_model(config: ml_collections.ConfigDict, source_model) -> dict:
 
 def save_params(path: str, variables, config: ml_collections.ConfigDict) -> None:
     """Writes ``variables['params']`` and ``config`` under ``path`` (created if missing)."""
-    root = workdir.path(path)
+    root = run_files.path(path)
     root.mkdir(parents=True, exist_ok=True)
-    (root / workdir.CONFIG).write_text(config.to_json(indent=2))
+    (root / run_files.CONFIG).write_text(config.to_json(indent=2))
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(root / workdir.PARAMS, variables["params"], force=True)
+    checkpointer.save(root / run_files.PARAMS, variables["params"], force=True)
     checkpointer.wait_until_finished()
 
 
 def load_params(path: str):
     """``(variables, config)`` from a folder written by :func:`save_params`."""
-    if not workdir.is_params_checkpoint(path):
+    if not run_files.is_params_checkpoint(path):
         raise FileNotFoundError(
             f"{path}: not a zhlm parameter checkpoint "
-            f"(needs {workdir.CONFIG} and {workdir.PARAMS}/)"
+            f"(needs {run_files.CONFIG} and {run_files.PARAMS}/)"
         )
     config = _read_config(path)
-    vocab = workdir.path(path, VOCAB)
+    vocab = run_files.path(path, VOCAB)
     if vocab.is_file():  # the checkpoint's own copy is its vocabulary, wherever it now lies
         (config.task if "task" in config else config.data).vocab = str(vocab)
-    params = ocp.StandardCheckpointer().restore(workdir.path(path, workdir.PARAMS))
+    params = ocp.StandardCheckpointer().restore(run_files.path(path, run_files.PARAMS))
     return {"params": jax.tree_util.tree_map(jax.numpy.asarray, params)}, config
 
 
@@ -97,10 +97,10 @@ def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int
     """Parameters from ``source``: a parameter checkpoint, a pretraining workdir or a Hugging
     Face folder. ``config`` (optional) is the recipe a Hugging Face model is read for (its
     heads; dimensions always come from the folder); ``seed`` initialises heads it lacks."""
-    if workdir.is_params_checkpoint(source):
+    if run_files.is_params_checkpoint(source):
         variables, saved = load_params(source)
         loaded = Loaded(variables["params"], saved, f"zhlm checkpoint {source}")
-    elif workdir.is_pretraining(source):
+    elif run_files.is_pretraining(source):
         loaded = _load_pretraining(source)
     else:
         from zhlm import convert
@@ -124,7 +124,7 @@ def _folder_vocab(source: str) -> str:
     """The source folder's own vocabulary (``zhlm.convert.tokenizer_files``: ``vocab.txt`` or
     a WordPiece ``tokenizer.json``), or "" when it has none."""
     if paths.is_remote(source):
-        vocab = workdir.path(source, VOCAB)
+        vocab = run_files.path(source, VOCAB)
         return str(vocab) if vocab.is_file() else ""
     from zhlm.convert import tokenizer_files
 
@@ -132,9 +132,9 @@ def _folder_vocab(source: str) -> str:
 
 
 def _read_config(folder) -> ml_collections.ConfigDict:
-    path = workdir.path(folder, workdir.CONFIG)
+    path = run_files.path(folder, run_files.CONFIG)
     if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {workdir.CONFIG}")
+        raise FileNotFoundError(f"{folder}: no {run_files.CONFIG}")
     return defaults.config_from_dict(json.loads(path.read_text()))
 
 
@@ -146,7 +146,7 @@ def _load_pretraining(folder: str) -> Loaded:
     config = _read_config(folder)
     abstract = {"params": nn.unbox(abstract_variables(build_model(config)))["params"]}
     skipped = []
-    for step in reversed(workdir.checkpoint_steps(folder)):
+    for step in reversed(run_files.checkpoint_steps(folder)):
         restore = ocp.args.PyTreeRestore(
             item=abstract,
             restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
@@ -154,7 +154,7 @@ def _load_pretraining(folder: str) -> Loaded:
         )
         try:
             state = ocp.PyTreeCheckpointer().restore(
-                workdir.path(folder, workdir.CHECKPOINTS, str(step), "state"), args=restore
+                run_files.path(folder, run_files.CHECKPOINTS, str(step), "state"), args=restore
             )
         except Exception as e:  # orbax and tensorstore raise many types for a broken folder
             skipped.append(f"step {step}: {type(e).__name__}: {str(e)[:200]}")
@@ -167,7 +167,7 @@ def _load_pretraining(folder: str) -> Loaded:
         return Loaded(params, config, f"pretraining workdir {folder} (step {step})")
     if skipped:
         raise ValueError(f"{folder}: no checkpoint reads ({'; '.join(skipped)})")
-    raise FileNotFoundError(f"{folder}/{workdir.CHECKPOINTS}: no checkpoint to start from")
+    raise FileNotFoundError(f"{folder}/{run_files.CHECKPOINTS}: no checkpoint to start from")
 
 
 def quiet_orbax():

@@ -10,7 +10,7 @@ workdir, also while a run is going.
 
 import io
 
-from zhlm import workdir as layout
+from zhlm import run_files
 from zhlm.train import metrics
 
 CURVES = "curves.png"
@@ -32,7 +32,7 @@ def plot(workdir: str) -> str:
 
     lines = metrics.read(workdir, split=None)
     if not lines:
-        raise FileNotFoundError(f"{workdir}: {layout.METRICS} has no lines to draw")
+        raise FileNotFoundError(f"{workdir}: {run_files.METRICS} has no lines to draw")
     splits = list(dict.fromkeys(line["split"] for line in lines))
     unit = "epoch" if all(s.startswith("seed") for s in splits) else "step"
     panels = [(t, [k for k in _keys(lines) if keep(k)]) for t, keep in PANELS]
@@ -51,12 +51,12 @@ def plot(workdir: str) -> str:
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(str(layout.path(workdir)), fontsize="small")
+    fig.suptitle(str(run_files.path(workdir)), fontsize="small")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
-    out = layout.path(workdir, CURVES)
+    out = run_files.path(workdir, CURVES)
     out.write_bytes(buffer.getvalue())  # through epath: a gs:// workdir works too
     return str(out)
 

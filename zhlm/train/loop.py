@@ -27,8 +27,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from zhlm import paths, workdir_lock
-from zhlm import workdir as layout
+from zhlm import paths, run_files, workdir_lock
 from zhlm.data import cache, dialogue
 from zhlm.data import loader as data_loader
 from zhlm.train import checkpoint, curves, resume, sharding, sums
@@ -193,7 +192,7 @@ def _train(config, workdir: str):
     state, where = resume.restore_or_init(mngr, trainer, loader, config, init)
     start = int(jax.device_get(state["step"]))
     if lead:  # only now: a checkpoint this config cannot continue keeps its config.json
-        (root / layout.CONFIG).write_text(config.to_json(indent=2))
+        (root / run_files.CONFIG).write_text(config.to_json(indent=2))
     train = config.train
     logging.info("training %s from %s; dataset %s (%s)", config.recipe, where, path, loader.sizes)
     if lead:

@@ -17,8 +17,7 @@ import json
 import os
 import time
 
-from zhlm import paths
-from zhlm import workdir as layout
+from zhlm import paths, run_files
 
 # bf16 dense peak per JAX device (one chip): TPUs from Google's Cloud TPU pages; NVIDIA GPUs from
 # NVIDIA's data sheets, dense (half the "with sparsity" figure), SXM boards, keyed by the CUDA
@@ -77,7 +76,7 @@ class Writer:
         the part of an earlier run after its last checkpoint) are dropped, so that each step
         has one line. None keeps every line (fine-tuning's splits start at 0 each)."""
         self.enabled = enabled
-        self.path = layout.path(workdir, layout.METRICS)
+        self.path = run_files.path(workdir, run_files.METRICS)
         self._remote = paths.is_remote(self.path)
         self._lines, self._flushed, self._every = [], time.monotonic(), remote_flush_seconds
         self._tb = None
@@ -92,7 +91,7 @@ class Writer:
         # A resumed run hides the events of the steps it writes again: TensorBoard shows one
         # run, each step once, as metrics.jsonl does.
         purge = {"purge_step": start_step + 1} if start_step else {}
-        self._tb = SummaryWriter(os.fspath(self.path.parent / layout.TENSORBOARD), **purge)
+        self._tb = SummaryWriter(os.fspath(self.path.parent / run_files.TENSORBOARD), **purge)
 
     def write(self, step: int, split: str, scalars: dict):
         if not self.enabled:
@@ -131,7 +130,7 @@ class Writer:
 
 def read(workdir: str, split: str | None = "train") -> list[dict]:
     """The metric lines of ``split`` (None: every split) in ``workdir``'s metrics.jsonl."""
-    path = layout.path(workdir, layout.METRICS)
+    path = run_files.path(workdir, run_files.METRICS)
     if not path.exists():
         return []
     lines = map(json.loads, path.read_text().splitlines())

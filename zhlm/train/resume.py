@@ -32,13 +32,18 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from zhlm import paths
-from zhlm import workdir as layout
+from zhlm import paths, run_files
 from zhlm.models import fit_vocab
 from zhlm.train import checkpoint, curves
 
 STATE, LOADER = "state", "loader"  # the items of a training checkpoint
-RUN_FILES = (layout.CONFIG, layout.METRICS, layout.TENSORBOARD, curves.CURVES, layout.CHECKPOINTS)
+RUN_FILES = (
+    run_files.CONFIG,
+    run_files.METRICS,
+    run_files.TENSORBOARD,
+    curves.CURVES,
+    run_files.CHECKPOINTS,
+)
 
 
 class CheckpointError(ValueError):
@@ -50,7 +55,7 @@ def manager(workdir: str, config) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(
         max_to_keep=config.train.keep_checkpoints, create=True, enable_async_checkpointing=True
     )
-    return ocp.CheckpointManager(layout.path(workdir, layout.CHECKPOINTS), options=options)
+    return ocp.CheckpointManager(run_files.path(workdir, run_files.CHECKPOINTS), options=options)
 
 
 def save(mngr, state, loader_state: dict, force: bool = False):
@@ -149,7 +154,7 @@ def _leaves(tree) -> dict:
 
 def _saved_config(mngr) -> dict:
     """The workdir's ``config.json`` (the run that wrote the checkpoints), or {}."""
-    path = epath.Path(mngr.directory).parent / layout.CONFIG
+    path = epath.Path(mngr.directory).parent / run_files.CONFIG
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
@@ -195,7 +200,7 @@ def _incompatible_message(mngr, step, differences, saved, config) -> str:
 def start_over(workdir: str) -> str | None:
     """Moves a previous run's files into ``previous-<n>/`` (process 0; all processes wait);
     returns that folder, or None when the workdir holds no run."""
-    root = layout.path(workdir)
+    root = run_files.path(workdir)
     present = [name for name in RUN_FILES if (root / name).exists()]
     target = None
     if present and jax.process_index() == 0:
@@ -324,7 +329,7 @@ def save_failed(mngr, error: Exception) -> CheckpointError:
     newest step still on disk, and for a full disk the space a checkpoint takes and what is
     free. The partly written step is removed (it holds space, and no run reads it)."""
     directory = epath.Path(mngr.directory)
-    steps = layout.checkpoint_steps(directory.parent)
+    steps = run_files.checkpoint_steps(directory.parent)
     kept = f"step {steps[-1]}, intact" if steps else "none"
     text = f"{type(error).__name__}: {error}"
     if not any(sign in text for sign in ("RESOURCE_EXHAUSTED", "No space left", "ENOSPC")):

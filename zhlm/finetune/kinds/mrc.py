@@ -29,7 +29,7 @@ from zhlm.finetune.encoding import doc_windows, max_context_window, special_ids
 from zhlm.finetune.kinds.base import TaskKind
 from zhlm.models import Model
 from zhlm.models.layers import dense
-from zhlm.workdir import EVAL_SET, PREDICTIONS
+from zhlm.run_files import EVAL_SET, PREDICTIONS
 
 
 @dataclasses.dataclass

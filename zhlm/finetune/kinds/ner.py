@@ -21,7 +21,7 @@ from zhlm.convert import layout
 from zhlm.finetune import ner_features, ner_files, ner_metric
 from zhlm.finetune.kinds.base import TaskKind, entropy, label_config, labels_from_hf
 from zhlm.finetune.kinds.classification import SequenceClassifier
-from zhlm.workdir import NER_PREDICTIONS
+from zhlm.run_files import NER_PREDICTIONS
 
 
 class TokenClassifier(SequenceClassifier):
