@@ -61,7 +61,8 @@ def test_prepare_same_output_for_any_process_count(prepared):
             assert all(np.array_equal(x[k], y[k]) for k in x)
     assert r1.counts == r2.counts and r1.reasons == r2.reasons
     assert r1.reasons["empty_glob"] == 1 and r1.reasons["non_utf8_bytes"] == 2
-    assert r1.per_source["news"]["instances"] == b1.info.splits["news"].num_examples
+    news = r1.per_source["news"]  # records are rows: packed ones hold several instances
+    assert news.get("packed_rows", news["instances"]) == b1.info.splits["news"].num_examples
     assert b1.info.metadata["report"]["counts"]["instances"] == r1.counts["instances"]
     assert os.path.exists(os.path.join(b1.data_dir, "report.txt"))
 

@@ -5,7 +5,9 @@
 
   zhlm-predict --workdir=/tmp/chnsenticorp --input=reviews.txt --output=/tmp/preds.jsonl
 
-``--workdir`` is a zhlm-finetune workdir (its ``best/``) or the ``best/`` folder itself; the
+``--workdir`` is a zhlm-finetune workdir (its ``best/``), the ``best/`` folder itself or a
+Hugging Face task folder (``BertForSequenceClassification`` and the like: its labels, head and
+vocabulary); the
 input's format is ``--format``, else its extension's (``.txt`` is plain text, one input a
 line; ``.tsv .csv .jsonl .json .parquet``), else the run's; its fields are the run's unless
 ``--text_fields`` names them; no labels are needed. Each output line holds the input and its
@@ -21,7 +23,9 @@ from absl import app, flags, logging
 
 from zhlm.cli import usage
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "zhlm-finetune workdir or its best/ folder.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "zhlm-finetune workdir, its best/ folder or a Hugging Face task folder."
+)
 _INPUT = flags.DEFINE_string("input", None, "File (or datasets folder) of inputs to predict.")
 _OUTPUT = flags.DEFINE_string(
     "output", None, "Where to write the JSON lines; an existing one is continued, not overwritten."
