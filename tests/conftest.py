@@ -8,6 +8,8 @@ parity tests) and cuts compile time about 3x. Benchmarks (tools/bench.py) never 
 import os
 import tempfile
 
+import pytest
+
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
 ).strip()
@@ -20,3 +22,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Datasets prepared on the fly by the loop and the tables are cached for the whole session (and
 # its child processes), never in the user's ~/.cache.
 os.environ["ZHLM_CACHE"] = tempfile.mkdtemp(prefix="zhlm-test-cache-")
+
+
+@pytest.fixture(scope="module")
+def clue_sample(tmp_path_factory):
+    """The first 60 documents of the shared CLUE sample corpus, as a file of their own."""
+    path = tmp_path_factory.mktemp("corpus") / "clue.txt"
+    corpus = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "corpus")
+    with open(os.path.join(corpus, "clue_small_docs.txt"), encoding="utf-8") as f:
+        docs = f.read().split("\n\n")[:60]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return str(path)

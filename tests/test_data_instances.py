@@ -5,26 +5,13 @@ padding, units contiguous and unique within a sequence, labels per BERT's conven
 are checked on every sequence the real corpora produce, for every recipe config.
 """
 
-import os
-
 import numpy as np
 import pytest
 
 from tests.helpers import load_config
 from zhlm.data import pipeline, text
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
-CLUE = os.path.join(DATA, "corpus", "clue_small_docs.txt")
 CLS, SEP, PAD = 101, 102, 0
-
-
-@pytest.fixture(scope="module")
-def clue_sample(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "clue.txt"
-    with open(CLUE, encoding="utf-8") as f:
-        docs = f.read().split("\n\n")[:60]
-    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    return str(path)
 
 
 def _build(recipe, path, **data):

@@ -9,23 +9,12 @@ instances, nor an SBO boundary outside the span's own instance.
 import jax
 import numpy as np
 import pytest
-from helpers import DATA, load_config
+from helpers import load_config
 from test_data_instances import _check_units
 
 from zhlm import masking
 from zhlm.data import builder, loader, packing, pipeline, text
 from zhlm.data.annotate import UNIT_FIELDS
-
-CLUE = f"{DATA}/corpus/clue_small_docs.txt"
-
-
-@pytest.fixture(scope="module")
-def clue_sample(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "clue.txt"
-    with open(CLUE, encoding="utf-8") as f:
-        docs = f.read().split("\n\n")[:60]
-    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    return str(path)
 
 
 def _build(recipe, path, pack, seq=256):

@@ -28,7 +28,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from zhlm import paths, run_files
-from zhlm.train import checkpoint
+from zhlm.train import checkpoint, resume
 
 STATE, BEST, TOP, FILE = "state", "best", "top", "progress.json"
 
@@ -75,12 +75,20 @@ class Progress:
         file = self.root / FILE
         if file.exists():
             saved = json.loads(file.read_text(encoding="utf-8"))
-            _check_same(workdir, saved, self.identity)
+            _check_same(workdir, saved, self.identity, config)
             self.runs, self.top, self.current = saved["runs"], saved["top"], saved["current"]
 
     @property
     def resumed(self) -> bool:
         return bool(self.runs or self.current)
+
+    def epochs_kept(self) -> dict[int, int]:
+        """Per seed, the epochs whose records a continued run keeps: a finished seed's all,
+        the current seed's finished ones (empty for a new run)."""
+        kept = {run["seed"]: len(run["history"]) for run in self.runs}
+        if self.current:
+            kept[self.current["seed"]] = self.current["epoch"]
+        return kept
 
     def epochs_done(self, seed: int) -> int:
         """How many epochs of ``seed`` are done (0 unless it is the current seed)."""
@@ -153,30 +161,17 @@ class Progress:
                 _remove(child)
 
 
-def _check_same(workdir, saved, identity):
+def _check_same(workdir, saved, identity, config):
     """Fails naming what differs when the interrupted run had another config or init."""
     differs = []
     if saved.get("init") != identity["init"]:
         differs.append(f"--init: {saved.get('init')!r} -> {identity['init']!r}")
-    old, new = _flat(saved.get("config", {})), _flat(identity["config"])
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            differs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    differs += resume.config_changes(saved.get("config", {}), config)
     if differs:
         raise ValueError(
             f"{workdir} holds an interrupted run of another config; continue it with the same "
             "flags, or pass --overwrite to start this one there: " + "; ".join(differs[:8])
         )
-
-
-def _flat(tree, prefix=""):
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _remove(path) -> None:

@@ -33,7 +33,6 @@ collapsed (a warning says so).
 from __future__ import annotations
 
 import functools
-import json
 import time
 
 import jax
@@ -97,8 +96,10 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
     diagnosis = diagnose.diagnose(kind.prior(data.train), first, encode)
     progress = progress_lib.Progress(workdir, config, init)
-    _keep_metrics(root / run_files.METRICS, progress)
-    writer = metrics_lib.Writer(workdir)  # metrics.jsonl and TensorBoard, one split per seed
+    # metrics.jsonl and TensorBoard, one split per seed; a new run starts the file afresh, a
+    # continued one keeps the epochs it does not run again.
+    kept = {_split(seed): epochs for seed, epochs in progress.epochs_kept().items()}
+    writer = metrics_lib.Writer(workdir, start_step=kept)
     try:
         for i in range(len(progress.runs), train.seeds):
             run = _run(train.seed + i, config, kind, data, trainer, loaded_params, writer, progress)
@@ -238,29 +239,6 @@ def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
-def _keep_metrics(path, progress) -> None:
-    """``metrics.jsonl`` as the progress left it: a new run starts it afresh; a continued one
-    keeps the lines of its finished seeds and of the current seed's finished epochs (an epoch
-    logged and then interrupted is logged again)."""
-    if not path.exists():
-        return
-    if not progress.resumed:
-        path.unlink()
-        return
-    done = {f"seed{run['seed']}": len(run["history"]) for run in progress.runs}
-    if progress.current:
-        done[f"seed{progress.current['seed']}"] = progress.current["epoch"]
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut by the interruption
-        if record.get("step", 1e9) <= done.get(record.get("split"), 0):
-            kept.append(line)
-    path.write_text("".join(kept), encoding="utf-8")
-
-
 def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> dict:
     """One seed: train ``train.epochs`` epochs (after those ``progress`` has done), evaluating
     as configured, saving the progress after each; the best epoch's metrics and host
@@ -306,7 +284,7 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
                 improved = True
         history.append(record)
         scalars = {k: v for k, v in record.items() if k != "epoch"}
-        writer.write(epoch, f"seed{seed}", {**scalars, **speed})
+        writer.write(epoch, _split(seed), {**scalars, **speed})
         shown = ", ".join(f"{k} {v:.4f}" for k, v in scalars.items() if "/" not in k)
         shown += (
             f" ({speed['examples_per_second']:.0f} examples/s, real tokens "
@@ -315,6 +293,11 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
         print(f"zhlm-finetune: seed {seed} epoch {epoch}/{train.epochs}: {shown}", flush=True)
         progress.save_epoch(seed, epoch, state, history, best, improved)
     return dict(seed=seed, history=history, fresh=left_fresh, **best)
+
+
+def _split(seed: int) -> str:
+    """A seed's split in ``metrics.jsonl`` and TensorBoard."""
+    return f"seed{seed}"
 
 
 def _throughput(data, batch_size: int, seconds: float) -> dict:

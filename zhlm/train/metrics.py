@@ -70,11 +70,13 @@ class Writer:
         workdir: str,
         enabled: bool = True,
         remote_flush_seconds: float = 30.0,
-        start_step: int | None = None,
+        start_step: int | dict[str, int] | None = None,
     ):
-        """``start_step``: the step a pretraining run starts from; lines of later steps (from
-        the part of an earlier run after its last checkpoint) are dropped, so that each step
-        has one line. None keeps every line (fine-tuning's splits start at 0 each)."""
+        """``start_step``: the step a resumed run starts from (pretraining), or per split the
+        last step it keeps (fine-tuning: each seed's finished epochs; a split not named keeps
+        none, so ``{}`` starts the file afresh). Lines of later steps (from the part of an
+        earlier run after its last checkpoint) are dropped, so that each step has one line.
+        None keeps every line."""
         self.enabled = enabled
         self.path = run_files.path(workdir, run_files.METRICS)
         self._remote = paths.is_remote(self.path)
@@ -90,7 +92,7 @@ class Writer:
 
         # A resumed run hides the events of the steps it writes again: TensorBoard shows one
         # run, each step once, as metrics.jsonl does.
-        purge = {"purge_step": start_step + 1} if start_step else {}
+        purge = {"purge_step": start_step + 1} if isinstance(start_step, int) and start_step else {}
         self._tb = SummaryWriter(os.fspath(self.path.parent / run_files.TENSORBOARD), **purge)
 
     def write(self, step: int, split: str, scalars: dict):
@@ -109,11 +111,19 @@ class Writer:
             self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
         self._tb.flush()
 
-    def _drop_after(self, step: int):
-        """Rewrites the file without the lines of steps after ``step`` (and a line cut short
-        by a killed process), when it has any."""
+    def _drop_after(self, step):
+        """Rewrites the file without the lines of steps after ``step`` (an int, or per split:
+        see ``start_step``) and a line cut short by a killed process, when it has any."""
+
+        def kept_line(text):
+            if not text.endswith("\n"):
+                return False
+            line = json.loads(text)
+            last = step.get(line["split"], 0) if isinstance(step, dict) else step
+            return line["step"] <= last
+
         lines = self.path.read_text().splitlines(keepends=True)
-        kept = [t for t in lines if t.endswith("\n") and json.loads(t)["step"] <= step]
+        kept = [t for t in lines if kept_line(t)]
         if len(kept) < len(lines):
             self.path.write_text("".join(kept))
 
