@@ -304,6 +304,7 @@ COMMANDS = {
     "predict": bench_predict.run,
     "tokens": bench_tokens.run,
     "finetune": bench_finetune.run,
+    "finetune-worker": bench_finetune.worker,
 }
 
 
@@ -326,7 +327,7 @@ def main(argv=None):
     add_tpu_parser(sub)
     bench_predict.add_parser(sub)
     bench_tokens.add_parser(sub)
-    bench_finetune.add_parser(sub)
+    bench_finetune.add_parsers(sub)
     args = parser.parse_args(argv)
     COMMANDS[args.command](args)
 

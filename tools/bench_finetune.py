@@ -12,18 +12,21 @@ batch size, sequence length), and evaluate after every epoch. The peer is what
 ``transformers.Trainer`` does: random batches, each padded to its longest row
 (``DataCollatorWithPadding``; ``DataCollatorForTokenClassification`` for NER), AdamW with a
 linear schedule (torch's AdamW always corrects the moments' bias; zhlm's, as BERT's, does not by
-default), gradient clipping. Epoch 1 includes zhlm's compilation, so the figures are
-those of the last epoch (its training and its evaluation pass): examples per second of
-training rows, the ratio zhlm / peer, the real-token share of each side's computed positions
-(zhlm's from its ``metrics.jsonl``: batches in length buckets; beside it the share if every
-batch were padded to ``task.max_seq_length``), the dev metric after the same epochs (accuracy;
-NER: entity micro-F1 by zhlm's conlleval metric on both sides), and zhlm's length buckets with
-their training rows.
+default), gradient clipping. zhlm runs in a child process set up as ``zhlm-finetune``'s
+(``zhlm.cli``: platform, host memory), the peer in this one as PyTorch's default. Epoch 1 includes
+zhlm's compilation, so the figures are those of the last epoch (its training and its evaluation
+pass): examples per second of training rows, the ratio zhlm / peer, the real-token share of each
+side's computed positions (zhlm's from its ``metrics.jsonl``: batches in length buckets; beside it
+the share if every batch were padded to ``task.max_seq_length``), the dev metric after the same
+epochs (accuracy; NER: entity micro-F1 by zhlm's conlleval metric on both sides), and zhlm's length
+buckets with their training rows.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -116,6 +119,27 @@ def _zhlm(config, init: str, workdir: str) -> dict:
         last_epoch=marks[-1] - marks[-2], total=marks[-1] - began, metric=seed[metric],
         real_share=share, buckets=clock.buckets,
     )  # fmt: skip
+
+
+def _zhlm_child(task: str, args, init: str, workdir: str) -> dict:
+    """:func:`_zhlm` in a ``finetune-worker`` child process (see :func:`worker`)."""
+    cmd = [sys.executable, os.path.abspath(sys.argv[0]), "finetune-worker", task]
+    cmd += ["--init", init, "--workdir", workdir, "--size", args.size]
+    cmd += ["--max-train", str(args.max_train), "--max-eval", str(args.max_eval)]
+    cmd += ["--epochs", str(args.epochs), "--batch", str(args.batch)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.split("RESULT")[-1])
+
+
+def worker(args):
+    """zhlm's side of one task in this process, set up as ``zhlm-finetune``'s; prints one JSON
+    line."""
+    import zhlm.cli  # noqa: F401
+
+    out = _zhlm(_config(args.task, args), args.init, args.workdir)
+    print("RESULT" + json.dumps(out), flush=True)
 
 
 def _hf_features(task, examples, tokenizer, config):
@@ -232,7 +256,7 @@ def run(args):
         train, dev = train[: args.max_train], dev[: args.max_eval]
         with tempfile.TemporaryDirectory() as tmp:
             init = _init_folder(task, config, os.path.join(tmp, "init"), len(config.task.labels))
-            ours = _zhlm(_config(task, args), init, os.path.join(tmp, "zhlm"))
+            ours = _zhlm_child(task, args, init, os.path.join(tmp, "zhlm"))
             peer = _hf(task, config, init, train, dev)
         ours_rate, peer_rate = len(train) / ours["last_epoch"], len(train) / peer["last_epoch"]
         print(
@@ -244,11 +268,16 @@ def run(args):
         )
 
 
-def add_parser(sub):
+def add_parsers(sub):
     p = sub.add_parser("finetune", help="zhlm-finetune against HF PyTorch on the same examples")
     p.add_argument("--tasks", nargs="+", default=list(FILES), choices=list(FILES))
-    p.add_argument("--size", default="tiny")
-    p.add_argument("--max-train", type=int, default=2000)
-    p.add_argument("--max-eval", type=int, default=600)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch", type=int, default=32)
+    w = sub.add_parser("finetune-worker", help="(internal) zhlm's side of `finetune`")
+    w.add_argument("task", choices=list(FILES))
+    w.add_argument("--init", required=True)
+    w.add_argument("--workdir", required=True)
+    for parser in (p, w):
+        parser.add_argument("--size", default="tiny")
+        parser.add_argument("--max-train", type=int, default=2000)
+        parser.add_argument("--max-eval", type=int, default=600)
+        parser.add_argument("--epochs", type=int, default=2)
+        parser.add_argument("--batch", type=int, default=32)

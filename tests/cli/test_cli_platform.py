@@ -29,3 +29,10 @@ def test_a_program_started_without_jax_platforms_prints_no_libtpu_errors():
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "cpu"
     assert "TPU_WORKER_HOSTNAMES" not in run.stderr and "E0000" not in run.stderr, run.stderr
+
+
+def test_cpu_runs_are_told_apart_from_accelerator_runs():
+    assert cli.runs_on_cpu({"JAX_PLATFORMS": "cpu"})
+    assert not cli.runs_on_cpu({"JAX_PLATFORMS": "tpu,cpu"})
+    assert not cli.runs_on_cpu({"JAX_PLATFORMS": "cuda"})
+    assert cli.runs_on_cpu({}) == (not cli.accelerator_here())
