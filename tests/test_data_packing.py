@@ -77,6 +77,27 @@ def test_packing_keeps_every_instance_whole_with_its_label(clue_sample, recipe):
     assert share > plain["attention_mask"].mean() and share > 0.9, share
 
 
+def _plain_row(n, seq):
+    """An unpacked row of ``n`` real tokens: [CLS], then ``n - 1`` tokens numbered from 1000."""
+    ids = np.zeros(seq, np.int32)
+    ids[0], ids[1:n] = 101, 1000 + np.arange(n - 1)
+    return {
+        "input_ids": ids,
+        "token_type_ids": np.zeros(seq, np.int32),
+        "attention_mask": (np.arange(seq) < n).astype(np.int32),
+    }
+
+
+def test_an_instance_goes_into_the_fullest_row_it_fits():
+    # First-fit would put 28 after 60 (the first row with room); then 68 fits nowhere: 3 rows.
+    # Best-fit puts 28 after 100 (least room left), so 60 keeps room for 68: 2 full rows.
+    lengths = [60, 100, 28, 68]
+    rows = packing.pack([_plain_row(n, 128) for n in lengths], 128, 0)
+    got = sorted(tuple(np.bincount(r["segment_ids"])[1:].tolist()) for r in rows)
+    assert got == [(60, 68), (100, 28)]
+    assert all(r["attention_mask"].all() for r in rows)
+
+
 @pytest.mark.parametrize("recipe", ["spanbert", "macbert", "ernie", "roberta_wwm"])
 def test_masking_never_crosses_an_instance(clue_sample, recipe):
     config, batch, _ = _build(recipe, clue_sample, True)
