@@ -2,24 +2,25 @@
 one run, on the same examples from the same weights.
 
   python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
-      [--max-train 2000] [--max-eval 600] [--epochs 2] [--batch 32]
+      [--max-train 2000] [--max-eval 600] [--epochs 2] [--batch 32] [--peak-lr 1e-3]
 
-Both sides start from one random-init Hugging Face ``BertFor<Task>`` folder of ``--size``
-(zhlm reads it as ``--init``), train on the examples zhlm's reader gives for the task's shared
-data (the first ``--max-train`` training and ``--max-eval`` evaluation examples), with the task
-config's optimizer settings (AdamW, peak learning rate, warmup share, weight decay, clipping,
-batch size, sequence length), and evaluate after every epoch. The peer is what
-``transformers.Trainer`` does: random batches, each padded to its longest row
-(``DataCollatorWithPadding``; ``DataCollatorForTokenClassification`` for NER), AdamW with a
-linear schedule (torch's AdamW always corrects the moments' bias; zhlm's, as BERT's, does not by
-default), gradient clipping. zhlm runs in a child process set up as ``zhlm-finetune``'s
-(``zhlm.cli``: platform, host memory), the peer in this one as PyTorch's default. Epoch 1 includes
-zhlm's compilation, so the figures are those of the last epoch (its training and its evaluation
-pass): examples per second of training rows, the ratio zhlm / peer, the real-token share of each
-side's computed positions (zhlm's from its ``metrics.jsonl``: batches in length buckets; beside it
-the share if every batch were padded to ``task.max_seq_length``), the dev metric after the same
-epochs (accuracy; NER: entity micro-F1 by zhlm's conlleval metric on both sides), and zhlm's length
-buckets with their training rows.
+Both sides start from one random-init Hugging Face ``BertFor<Task>`` folder of ``--size`` (zhlm
+reads it as ``--init``), train on the examples zhlm's reader gives for the task's shared data (the
+first ``--max-train`` training and ``--max-eval`` evaluation examples), with the task config's
+optimizer settings (AdamW, peak learning rate, warmup share, weight decay, clipping, batch size,
+sequence length; ``--peak-lr`` replaces the learning rate on both sides: the papers' 2e-5 is for a
+pretrained encoder, and a random one learns nothing at it in a few epochs), and evaluate after
+every epoch. The peer is what ``transformers.Trainer`` does: random batches, each padded to its
+longest row (``DataCollatorWithPadding``; ``DataCollatorForTokenClassification`` for NER), AdamW
+with a linear schedule, gradient clipping. Both sides correct Adam's moments for their bias
+(torch's AdamW always does; zhlm's, as BERT's, does not by default, so the bench turns it on). zhlm
+runs in a child process set up as ``zhlm-finetune``'s (``zhlm.cli``: platform, host memory), the
+peer in this one as PyTorch's default. Epoch 1 includes zhlm's compilation, so the figures are
+those of the last epoch (its training and its evaluation pass): examples per second of training
+rows, the ratio zhlm / peer, the real-token share of each side's computed positions (zhlm's from
+its ``metrics.jsonl``: batches in length buckets; beside it the share if every batch were padded to
+``task.max_seq_length``), the dev metric after the same epochs (accuracy; NER: entity micro-F1 by
+zhlm's conlleval metric on both sides), and zhlm's length buckets with their training rows.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def _config(task: str, args):
         epochs=args.epochs, seeds=1, batch_size=args.batch, log_every=0,
         max_train_examples=args.max_train, max_eval_examples=args.max_eval, save_best=False,
     )  # fmt: skip
+    if args.peak_lr:
+        config.optim.peak_lr = args.peak_lr
+    config.optim.bias_correction = True  # the peer's torch AdamW always corrects
     return config
 
 
@@ -127,6 +131,7 @@ def _zhlm_child(task: str, args, init: str, workdir: str) -> dict:
     cmd += ["--init", init, "--workdir", workdir, "--size", args.size]
     cmd += ["--max-train", str(args.max_train), "--max-eval", str(args.max_eval)]
     cmd += ["--epochs", str(args.epochs), "--batch", str(args.batch)]
+    cmd += ["--peak-lr", str(args.peak_lr)]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
@@ -231,7 +236,7 @@ def _hf(task, config, init, train, dev) -> dict:
                     gold += batch["labels"].tolist()
                     predicted += logits.argmax(-1).tolist()
         if ner:
-            metric = 100 * ner_metric.scores(gold, predicted)["micro"]["f1"]
+            metric = ner_metric.scores(gold, predicted)["micro"]["f1"]  # a percentage
         else:
             metric = 100 * float(np.mean(np.asarray(gold) == np.asarray(predicted)))
         marks.append(time.monotonic())
@@ -281,3 +286,6 @@ def add_parsers(sub):
         parser.add_argument("--max-eval", type=int, default=600)
         parser.add_argument("--epochs", type=int, default=2)
         parser.add_argument("--batch", type=int, default=32)
+        parser.add_argument(
+            "--peak-lr", type=float, default=0.0, help="both sides (default: the task config's)"
+        )
