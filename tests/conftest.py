@@ -10,8 +10,6 @@ import tempfile
 
 import pytest
 
-from zhlm import host_memory
-
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
 ).strip()
@@ -20,11 +18,6 @@ os.environ["XLA_FLAGS"] = (
 # first: log errors, take /tmp/libtpu_lockfile. The tests' devices are CPUs (compile-only TPU
 # topologies do not need the TPU backend); child processes inherit this.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-# The tests run training and prediction in this process as the programs do theirs: on the CPU,
-# with a step's freed memory reused rather than mapped afresh (zhlm.host_memory; it must come
-# before JAX starts its backend).
-host_memory.reuse_freed_memory()
 
 # Datasets prepared on the fly by the loop and the tables are cached for the whole session (and
 # its child processes), never in the user's ~/.cache.

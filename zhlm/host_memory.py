@@ -11,10 +11,12 @@ tiny train step that was a quarter of the step's CPU time spent in the kernel. W
 blocks are the last step's, already mapped.
 
 Cost: the process keeps its peak heap (memory freed is reused by the process, not returned),
-and its threads share one arena's lock. Both are right for a training or prediction process
-on the CPU, where XLA's few threads allocate large blocks rarely; on a TPU or GPU host the
+and its threads share one arena's lock, which makes XLA's compilation (many threads, many
+small blocks) slower by a fifth or more. A training or prediction run on the CPU compiles a few
+programs and then runs them for thousands of steps, so it gains; a run of a few steps, such as
+most tests, loses, which is why the tests' own process is left alone. On a TPU or GPU host the
 device holds the tensors and the host runs input pipelines with many threads that allocate
-small blocks often, so there it is left alone (``zhlm.cli`` decides). ``M_ARENA_MAX`` binds only
+small blocks often, so there it is left alone too (``zhlm.cli`` decides). ``M_ARENA_MAX`` binds only
 threads that have not allocated yet, so this must run before JAX starts its backend.
 """
 

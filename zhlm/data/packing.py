@@ -17,11 +17,10 @@ How: greedy best-fit in record order over a window of open rows (``WINDOW``): an
 goes into the open row with the least room that still holds its tokens and has a free slot (the
 oldest of equals), else opens a row; when more than ``WINDOW`` rows are open, the oldest is
 closed. Best-fit keeps the roomy rows open for the longer instances that only they can take,
-and the wider window finds more of them: over the recipes at 128 and 512 tokens on the CLUE and
-bundled samples (``python tools/bench.py tokens``), best-fit over 256 rows makes 0.2-1.8% fewer
-rows than first-fit over 64 in 12 of 16 cases, as many in 3 and 1% more in one, for a scan of
-the window per instance (0.1 s per 2 MB shard, against seconds to build its instances). The
-result depends only on the instances and their order. An instance is never split. A row holds at
+and the wider window finds more of them (fewer rows than first-fit over 64 rows for nearly every
+recipe and corpus, ``python tools/bench.py tokens``), for a scan of the window per instance, a
+small cost beside building the instances. The result depends only on the instances and their
+order. An instance is never split. A row holds at
 most ``max_instances(S)`` = S // 32 instances (at least 1): slots cost the sentence head one
 gathered vector each. The limit binds only where instances are very short (ALBERT's and
 SpanBERT's rows of the bundled sample: twice the slots would save 0.1-1.5% of their rows), never
