@@ -3,6 +3,7 @@ one run, on the same examples from the same weights.
 
   python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
       [--max-train 2000] [--max-eval 600] [--epochs 2] [--batch 32] [--peak-lr 1e-3]
+      [--step-lengths 32 64 128]
 
 Both sides start from one random-init Hugging Face ``BertFor<Task>`` folder of ``--size`` (zhlm
 reads it as ``--init``), train on the examples zhlm's reader gives for the task's shared data (the
@@ -21,6 +22,12 @@ rows, the ratio zhlm / peer, the real-token share of each side's computed positi
 its ``metrics.jsonl``: batches in length buckets; beside it the share if every batch were padded to
 ``task.max_seq_length``), the dev metric after the same epochs (accuracy; NER: entity micro-F1 by
 zhlm's conlleval metric on both sides), and zhlm's length buckets with their training rows.
+
+``--step-lengths`` adds the train step alone at equal shapes: LCQMC's sentence-pair classifier of
+``--size``, ``--batch`` rows of each length, every position real, median milliseconds of both
+sides (zhlm's jitted step with its AdamW and clipping; the peer's forward, backward, clipping and
+AdamW step), so the speed per token is told apart from the share of real tokens. ``--tasks``
+with no task prints only that table.
 """
 
 from __future__ import annotations
@@ -139,12 +146,96 @@ def _zhlm_child(task: str, args, init: str, workdir: str) -> dict:
 
 
 def worker(args):
-    """zhlm's side of one task in this process, set up as ``zhlm-finetune``'s; prints one JSON
-    line."""
+    """zhlm's side of one task (or, with ``--step-length``, of one equal-shape step) in this
+    process, set up as ``zhlm-finetune``'s; prints one JSON line."""
     import zhlm.cli  # noqa: F401
 
-    out = _zhlm(_config(args.task, args), args.init, args.workdir)
+    if args.step_length:
+        out = dict(seconds=_zhlm_step_seconds(_config(args.task, args), args.step_length))
+    else:
+        out = _zhlm(_config(args.task, args), args.init, args.workdir)
     print("RESULT" + json.dumps(out), flush=True)
+
+
+STEP_TASK = "lcqmc"  # the equal-shape step's task: a sentence-pair classifier
+STEP_REPS = 10
+
+
+def _step_batch(rows: int, length: int) -> dict:
+    """``rows`` sequences of ``length`` real tokens: random ids, two segments, binary labels."""
+    rng = np.random.RandomState(0)
+    types = np.zeros((rows, length), np.int32)
+    types[:, length // 2 :] = 1
+    return dict(
+        input_ids=rng.randint(1000, 21128, (rows, length)).astype(np.int32),
+        token_type_ids=types, attention_mask=np.ones((rows, length), np.int32),
+        label=rng.randint(0, 2, rows).astype(np.int32), weight=np.ones(rows, np.float32),
+    )  # fmt: skip
+
+
+def _zhlm_step_seconds(config, length: int) -> float:
+    import bench_common
+
+    from zhlm.finetune import kinds
+    from zhlm.finetune.train import task_trainer
+
+    trainer = task_trainer(config, kinds.KINDS[config.task.kind], num_steps=1000)
+    batch = _step_batch(config.train.batch_size, length)
+    return bench_common.step_seconds(trainer, batch, STEP_REPS)
+
+
+def _peer_step_seconds(config, length: int) -> float:
+    import bench_common
+    import torch
+    import transformers
+
+    from zhlm.models import SIZES
+
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count())
+    dims = SIZES[config.model.size]
+    model = transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            vocab_size=21128, hidden_size=dims["hidden_size"],
+            num_hidden_layers=dims["num_layers"], num_attention_heads=dims["num_heads"],
+            intermediate_size=4 * dims["hidden_size"], num_labels=2,
+        )
+    ).train()  # fmt: skip
+    optim = config.optim
+    opt = torch.optim.AdamW(model.parameters(), lr=optim.peak_lr, eps=optim.eps)
+    batch = _step_batch(config.train.batch_size, length)
+    inputs = {k: torch.tensor(batch[k], dtype=torch.long) for k in _HF_INPUTS}
+    labels = torch.tensor(batch["label"], dtype=torch.long)
+
+    def step():
+        model(**inputs, labels=labels).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
+        opt.step()
+        opt.zero_grad()
+
+    return bench_common.median_seconds(step, STEP_REPS, warmup=2)
+
+
+_HF_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def _step_table(args) -> None:
+    print("\n| size | rows x length | zhlm step ms | peer step ms | peer / zhlm |")
+    print("|---|---|---|---|---|")
+    config = _config(STEP_TASK, args)
+    for length in args.step_lengths:
+        cmd = [sys.executable, os.path.abspath(sys.argv[0]), "finetune-worker", STEP_TASK]
+        cmd += ["--size", args.size, "--batch", str(args.batch), "--step-length", str(length)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
+        ours = json.loads(run.stdout.split("RESULT")[-1])["seconds"]
+        peer = _peer_step_seconds(config, length)
+        print(
+            f"| {args.size} | {args.batch} x {length} | {1e3 * ours:.0f} | {1e3 * peer:.0f} | "
+            f"{peer / ours:.2f} |",
+            flush=True,
+        )
 
 
 def _hf_features(task, examples, tokenizer, config):
@@ -250,11 +341,12 @@ def _hf(task, config, init, train, dev) -> dict:
 def run(args):
     from zhlm.finetune import tasks
 
-    print(
-        "| task | size | train rows | zhlm ex/s | peer ex/s | ratio | zhlm real share | "
-        "at max length | peer real share | zhlm dev | peer dev | zhlm buckets (rows) |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    if args.tasks:
+        print(
+            "| task | size | train rows | zhlm ex/s | peer ex/s | ratio | zhlm real share | "
+            "at max length | peer real share | zhlm dev | peer dev | zhlm buckets (rows) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for task in args.tasks:
         config = _config(task, args)
         train, dev, _ = tasks.read_task(config.task)
@@ -271,15 +363,19 @@ def run(args):
             f"{ours['buckets']} |",
             flush=True,
         )
+    if args.step_lengths:
+        _step_table(args)
 
 
 def add_parsers(sub):
     p = sub.add_parser("finetune", help="zhlm-finetune against HF PyTorch on the same examples")
-    p.add_argument("--tasks", nargs="+", default=list(FILES), choices=list(FILES))
+    p.add_argument("--tasks", nargs="*", default=list(FILES), choices=list(FILES))
+    p.add_argument("--step-lengths", nargs="*", type=int, default=[], help="equal-shape steps")
     w = sub.add_parser("finetune-worker", help="(internal) zhlm's side of `finetune`")
     w.add_argument("task", choices=list(FILES))
-    w.add_argument("--init", required=True)
-    w.add_argument("--workdir", required=True)
+    w.add_argument("--init", default="")
+    w.add_argument("--workdir", default="")
+    w.add_argument("--step-length", type=int, default=0)
     for parser in (p, w):
         parser.add_argument("--size", default="tiny")
         parser.add_argument("--max-train", type=int, default=2000)
