@@ -41,6 +41,24 @@ def median_seconds(run, reps, warmup=1):
     return float(np.median(times))
 
 
+def worker_result(args, timeout=None) -> dict | None:
+    """The JSON a ``tools/bench.py`` worker subcommand prints after ``RESULT``, run in a child
+    process (``args``: the subcommand and its arguments); None when it ran past ``timeout``
+    seconds."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, os.path.abspath(sys.argv[0]), *map(str, args)]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if run.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.split("RESULT")[-1])
+
+
 def step_seconds(trainer, batch, reps, warmup=2):
     """Median seconds of ``trainer.step`` (``zhlm.train.step.make_trainer``) on ``batch``, which
     is put on the device once. The state is threaded from step to step: the step donates it."""

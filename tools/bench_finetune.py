@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
+import bench_common  # tools/, the script's directory
 import numpy as np
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
@@ -68,6 +68,20 @@ def _config(task: str, args):
     return config
 
 
+def _hf_bert_config(config, num_labels: int):
+    """A Hugging Face ``BertConfig`` of the config's model size with Google's vocabulary."""
+    import transformers
+
+    from zhlm.models import SIZES
+
+    dims = SIZES[config.model.size]
+    return transformers.BertConfig(
+        vocab_size=21128, hidden_size=dims["hidden_size"], num_hidden_layers=dims["num_layers"],
+        num_attention_heads=dims["num_heads"], intermediate_size=4 * dims["hidden_size"],
+        num_labels=num_labels,
+    )  # fmt: skip
+
+
 def _init_folder(task: str, config, path: str, num_labels: int) -> str:
     """A random ``BertFor<Task>`` of the config's size, with Google's vocabulary."""
     import shutil
@@ -76,15 +90,9 @@ def _init_folder(task: str, config, path: str, num_labels: int) -> str:
     import transformers
 
     from zhlm.data.tokenizer import default_vocab
-    from zhlm.models import SIZES
 
-    dims = SIZES[config.model.size]
     torch.manual_seed(0)
-    hf = transformers.BertConfig(
-        vocab_size=21128, hidden_size=dims["hidden_size"], num_hidden_layers=dims["num_layers"],
-        num_attention_heads=dims["num_heads"], intermediate_size=4 * dims["hidden_size"],
-        num_labels=num_labels,
-    )  # fmt: skip
+    hf = _hf_bert_config(config, num_labels)
     cls = (
         transformers.BertForTokenClassification
         if config.task.kind == "ner"
@@ -134,15 +142,17 @@ def _zhlm(config, init: str, workdir: str) -> dict:
 
 def _zhlm_child(task: str, args, init: str, workdir: str) -> dict:
     """:func:`_zhlm` in a ``finetune-worker`` child process (see :func:`worker`)."""
-    cmd = [sys.executable, os.path.abspath(sys.argv[0]), "finetune-worker", task]
-    cmd += ["--init", init, "--workdir", workdir, "--size", args.size]
-    cmd += ["--max-train", str(args.max_train), "--max-eval", str(args.max_eval)]
-    cmd += ["--epochs", str(args.epochs), "--batch", str(args.batch)]
-    cmd += ["--peak-lr", str(args.peak_lr)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.split("RESULT")[-1])
+    return bench_common.worker_result(
+        ["finetune-worker", task, "--init", init, "--workdir", workdir, *_shared_flags(args)]
+    )
+
+
+def _shared_flags(args) -> list:
+    """The options ``finetune`` passes on to its ``finetune-worker`` children."""
+    return [
+        "--size", args.size, "--max-train", args.max_train, "--max-eval", args.max_eval,
+        "--epochs", args.epochs, "--batch", args.batch, "--peak-lr", args.peak_lr,
+    ]  # fmt: skip
 
 
 def worker(args):
@@ -159,6 +169,7 @@ def worker(args):
 
 STEP_TASK = "lcqmc"  # the equal-shape step's task: a sentence-pair classifier
 STEP_REPS = 10
+_HF_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def _step_batch(rows: int, length: int) -> dict:
@@ -174,8 +185,6 @@ def _step_batch(rows: int, length: int) -> dict:
 
 
 def _zhlm_step_seconds(config, length: int) -> float:
-    import bench_common
-
     from zhlm.finetune import kinds
     from zhlm.finetune.train import task_trainer
 
@@ -185,22 +194,12 @@ def _zhlm_step_seconds(config, length: int) -> float:
 
 
 def _peer_step_seconds(config, length: int) -> float:
-    import bench_common
     import torch
     import transformers
 
-    from zhlm.models import SIZES
-
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count())
-    dims = SIZES[config.model.size]
-    model = transformers.BertForSequenceClassification(
-        transformers.BertConfig(
-            vocab_size=21128, hidden_size=dims["hidden_size"],
-            num_hidden_layers=dims["num_layers"], num_attention_heads=dims["num_heads"],
-            intermediate_size=4 * dims["hidden_size"], num_labels=2,
-        )
-    ).train()  # fmt: skip
+    model = transformers.BertForSequenceClassification(_hf_bert_config(config, 2)).train()
     optim = config.optim
     opt = torch.optim.AdamW(model.parameters(), lr=optim.peak_lr, eps=optim.eps)
     batch = _step_batch(config.train.batch_size, length)
@@ -216,20 +215,13 @@ def _peer_step_seconds(config, length: int) -> float:
     return bench_common.median_seconds(step, STEP_REPS, warmup=2)
 
 
-_HF_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-
-
 def _step_table(args) -> None:
     print("\n| size | rows x length | zhlm step ms | peer step ms | peer / zhlm |")
     print("|---|---|---|---|---|")
     config = _config(STEP_TASK, args)
     for length in args.step_lengths:
-        cmd = [sys.executable, os.path.abspath(sys.argv[0]), "finetune-worker", STEP_TASK]
-        cmd += ["--size", args.size, "--batch", str(args.batch), "--step-length", str(length)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-        ours = json.loads(run.stdout.split("RESULT")[-1])["seconds"]
+        worker_args = ["finetune-worker", STEP_TASK, "--step-length", length, *_shared_flags(args)]
+        ours = bench_common.worker_result(worker_args)["seconds"]
         peer = _peer_step_seconds(config, length)
         print(
             f"| {args.size} | {args.batch} x {length} | {1e3 * ours:.0f} | {1e3 * peer:.0f} | "

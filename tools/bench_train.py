@@ -28,8 +28,6 @@ AdamW with BERT's schedule and clipping). The peer's labels mark the same number
 import json
 import os
 import resource
-import subprocess
-import sys
 import time
 
 import bench_common  # tools/, the script's directory
@@ -174,15 +172,8 @@ def worker(args):
 
 def _child(what, case="", reps=5, timeout=None):
     """One worker's JSON result; ``None`` when it ran past ``timeout`` seconds."""
-    cmd = [sys.executable, os.path.abspath(sys.argv[0]), "train-worker", what]
-    cmd += ["--case", case, "--reps", str(reps)] if case else []
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-    if run.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.split("RESULT")[-1])
+    args = ["train-worker", what, *(["--case", case, "--reps", reps] if case else [])]
+    return bench_common.worker_result(args, timeout)
 
 
 def _best(runs):
