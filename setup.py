@@ -35,7 +35,7 @@ setuptools.setup(
         "optax",
         "rjieba",  # jieba's word segmentation in Rust (zhlm.data.words)
         "orbax-checkpoint",
-        "pyarrow",  # parquet fine-tuning files (zhlm.finetune.tables); TFDS needs it anyway
+        "pyarrow",  # parquet fine-tuning files (zhlm.finetune.readers.tables); TFDS needs it anyway
         "safetensors",
         "sentencepiece",
         "tensorboardX",  # TensorBoard event files without TensorFlow

@@ -75,3 +75,13 @@ def hf_folder(tmp_path, architecture, family="Bert", **kwargs):
     path = str(tmp_path / architecture)
     model.save_pretrained(path)
     return model, path
+
+
+def read_task(task):
+    """``(train, evaluation, reports)`` as zhlm-finetune reads them: the task's kind resolved,
+    its files read and the training examples those the kind learns from."""
+    from zhlm.finetune import kinds, task_files
+
+    kind = kinds.get(task.kind)
+    train, evaluation, reports = task_files.read_task(kind, task)
+    return kind.training_examples(task, train), evaluation, reports

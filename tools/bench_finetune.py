@@ -256,7 +256,7 @@ def _hf(task, config, init, train, dev) -> dict:
     import torch
     import transformers
 
-    from zhlm.finetune import ner_metric
+    from zhlm.finetune.metrics import conlleval
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count())
@@ -319,7 +319,7 @@ def _hf(task, config, init, train, dev) -> dict:
                     gold += batch["labels"].tolist()
                     predicted += logits.argmax(-1).tolist()
         if ner:
-            metric = ner_metric.scores(gold, predicted)["micro"]["f1"]  # a percentage
+            metric = conlleval.scores(gold, predicted)["micro"]["f1"]  # a percentage
         else:
             metric = 100 * float(np.mean(np.asarray(gold) == np.asarray(predicted)))
         marks.append(time.monotonic())
@@ -331,7 +331,7 @@ def _hf(task, config, init, train, dev) -> dict:
 
 
 def run(args):
-    from zhlm.finetune import tasks
+    from zhlm.finetune import kinds, task_files
 
     if args.tasks:
         print(
@@ -341,7 +341,7 @@ def run(args):
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for task in args.tasks:
         config = _config(task, args)
-        train, dev, _ = tasks.read_task(config.task)
+        train, dev, _ = task_files.read_task(kinds.get(config.task.kind), config.task)
         train, dev = train[: args.max_train], dev[: args.max_eval]
         with tempfile.TemporaryDirectory() as tmp:
             init = _init_folder(task, config, os.path.join(tmp, "init"), len(config.task.labels))

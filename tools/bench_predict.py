@@ -30,14 +30,13 @@ def tiny_workdir(path: str, config) -> str:
 
     from zhlm import run_files
     from zhlm.data.tokenizer import default_vocab
-    from zhlm.finetune import kinds, pretrained
-    from zhlm.finetune.train import save_finetuned
+    from zhlm.finetune import kinds, saved
     from zhlm.train.checkpoint import VOCAB
 
     model = kinds.task_model(config)
     inputs = kinds.get(config.task.kind).example_inputs(config.task)
-    params = pretrained.init_params(model, jax.random.key(0), inputs)
-    best = save_finetuned(os.path.join(path, run_files.BEST), params, config)
+    params = saved.init_params(model, jax.random.key(0), inputs)
+    best = saved.save_finetuned(os.path.join(path, run_files.BEST), params, config)
     shutil.copyfile(default_vocab(), os.path.join(best, VOCAB))
     return path
 

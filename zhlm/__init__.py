@@ -29,9 +29,11 @@ def to_hf(model, variables, config, path, vocab: str = ""):
 
     task = None
     if "task" in config:
+        from zhlm.convert.writer import TaskExport
         from zhlm.finetune import kinds
 
-        task = kinds.hf_export(config)
+        export = kinds.get(config.task.kind).export
+        task = TaskExport(export.hf_class, export.head, export.config(config.task))
     return convert.to_hf(model, variables, config, path, task, vocab)
 
 

@@ -9,6 +9,7 @@ Cloud URLs need ``gcsfs``: ``pip install -e '.[gcs]'``, as ``launch_tpu.sh`` doe
 """
 
 import glob
+import json
 import os
 
 from etils import epath
@@ -54,3 +55,9 @@ def size(path: str) -> int:
 def open_binary(path: str):
     """A seekable binary file object, local or remote."""
     return open(path, "rb") if not is_remote(path) else epath.Path(path).open("rb")
+
+
+def write_json(path, value) -> None:
+    """``value`` as UTF-8 JSON at ``path`` (local or ``gs://``)."""
+    text = json.dumps(value, ensure_ascii=False, indent=1)
+    resolve(path).write_text(text, encoding="utf-8")

@@ -6,8 +6,8 @@
 Data: character-level BIO tags for PER, LOC and ORG, ``char<TAB>tag`` lines, as GitHub
 Determined22/zh-NER-TF ships them in ``data_path/`` (``train_data``, ``test_data``). These runs
 use train 45,658 / dev 5,000 / test 4,631 sentences, dev being the last 5,000 sentences of the
-upstream training file (nothing shuffled). Read with ``zhlm.finetune.ner_files``, scored
-with the conlleval entity F1 (``zhlm.finetune.ner_metric``). No sentence is over 100
+upstream training file (nothing shuffled). Read with ``zhlm.finetune.readers.ner``, scored
+with the conlleval entity F1 (``zhlm.finetune.metrics.conlleval``). No sentence is over 100
 characters, so at 256 tokens the windows (``doc_stride``) never come into play here.
 Max length 256, lr 5e-5, batch 16, 6 epochs, no warmup, weight decay 0.01: ERNIE 1.0's own
 recipe (PaddlePaddle/ERNIE ``script/zh_task/ernie_base/run_msra_ner.sh``: ``--max_seq_len 256
@@ -27,7 +27,7 @@ def get_config(arg="base"):
     config.task.update(
         name="msra_ner",
         kind="ner",
-        format="tagged",  # char<TAB>tag lines (zhlm.finetune.ner_files.read_tagged)
+        format="tagged",  # char<TAB>tag lines (zhlm.finetune.readers.ner.read_tagged)
         train_file="",  # msra_ner/train.txt: train_data less its last 5,000 sentences
         dev_file="",  # msra_ner/dev.txt: those 5,000 (test.txt: test_data)
         labels=("O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"),

@@ -14,7 +14,7 @@ import pytest
 from helpers import ROOT
 
 from zhlm.convert import ConversionError, formats, tokenizer_files
-from zhlm.finetune import tasks
+from zhlm.finetune import task_files
 from zhlm.finetune.train import finetune
 from zhlm.train import checkpoint
 
@@ -64,7 +64,7 @@ def test_a_tokenizer_json_folder_imports_fine_tunes_and_exports_with_its_vocabul
     from zhlm import config_files
 
     config = config_files.load(os.path.join(ROOT, "configs", "finetune", "chnsenticorp.py"), "tiny")
-    (ours,) = tasks.load_tokenizer(config.task, loaded).encode_batch([text])
+    (ours,) = task_files.load_tokenizer(config.task, loaded).encode_batch([text])
     assert list(ours.ids) == hf_tokenizer(text, add_special_tokens=False)["input_ids"]
 
     rows = reviews()

@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import read_task
 from test_kinds import SAMPLES
 
 from zhlm import defaults
-from zhlm.finetune import batching, kinds, pretrained, tasks
+from zhlm.finetune import batching, kinds, saved
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.progress import Progress
 from zhlm.models import model_config
@@ -125,11 +126,11 @@ def test_bucketed_predictions_equal_full_length_ones(name, tmp_path, tokenizer):
     length, buckets = SPREAD.get(name, (64, ()))
     config.task.update(max_seq_length=length, length_buckets=buckets)
     task, kind = config.task, kinds.get(name)
-    _, evaluation, _ = tasks.read_task(task)
+    _, evaluation, _ = read_task(task)
     features = kind.featurize(evaluation, tokenizer, task, training=False)
     arrays = features.arrays
     model = kind.model(model_config(config.model), task)
-    params = pretrained.init_params(model, jax.random.key(0), kind.example_inputs(task))
+    params = saved.init_params(model, jax.random.key(0), kind.example_inputs(task))
     apply = jax.jit(lambda b: kind.device_outputs(model.apply({"params": params}, *_inputs(b)), b))
     runs = [batching.run(apply, arrays, 8, b) for b in (buckets, (length,))]
     bucketed, unbucketed = runs

@@ -1,16 +1,17 @@
 """Sentence and pair features: BERT's pair truncation and the [CLS] a [SEP] b [SEP] layout."""
 
-from zhlm.finetune import encoding, tables
+from zhlm.finetune.kinds import windows
 from zhlm.finetune.kinds.classification import classification_features
+from zhlm.finetune.readers import tables
 
 # ------------------------------------------------------------------ classification features
 
 
 def test_truncate_pair_drops_from_the_longer_text_first():
-    assert encoding.truncate_pair(10, 3, 8) == (5, 3)
-    assert encoding.truncate_pair(3, 10, 8) == (3, 5)
-    assert encoding.truncate_pair(6, 6, 8) == (4, 4)
-    assert encoding.truncate_pair(2, 3, 8) == (2, 3)
+    assert windows.truncate_pair(10, 3, 8) == (5, 3)
+    assert windows.truncate_pair(3, 10, 8) == (3, 5)
+    assert windows.truncate_pair(6, 6, 8) == (4, 4)
+    assert windows.truncate_pair(2, 3, 8) == (2, 3)
 
 
 def test_pair_features_layout(tokenizer):

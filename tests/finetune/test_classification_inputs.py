@@ -5,9 +5,9 @@ beat the majority class says so."""
 
 import numpy as np
 import pytest
-from helpers import load_task
+from helpers import load_task, read_task
 
-from zhlm.finetune import kinds, tasks
+from zhlm.finetune import kinds
 from zhlm.finetune.kinds.classification import LabelledFeatures
 from zhlm.finetune.train import finetune
 
@@ -23,17 +23,17 @@ def task_of(tmp_path, rows, holdout=0.2):
 
 def test_a_label_sorted_file_keeps_both_classes_and_one_class_is_refused(tmp_path):
     rows = [("0", f"差评{i}") for i in range(20)] + [("1", f"好评{i}") for i in range(5)]
-    train, held, _ = tasks.read_task(task_of(tmp_path, rows).task)
+    train, held, _ = read_task(task_of(tmp_path, rows).task)
     assert [e.label for e in held].count("1") == 1 and [e.label for e in train].count("1") == 4
     rows = [("0", f"差评{i}") for i in range(20)]
     with pytest.raises(ValueError, match="every training record has label '0'; a classifier"):
-        tasks.read_task(task_of(tmp_path, rows).task)
+        read_task(task_of(tmp_path, rows).task)
 
 
 def test_a_rare_inferred_label_is_named_with_its_rows(tmp_path, capsys):
     rows = [(str(i % 2), f"评论{i}") for i in range(40)] + [("l", "一个打错的标签")]
     rows += [(str(i % 2), f"评论{i}") for i in range(40, 60)]
-    tasks.read_task(task_of(tmp_path, rows, holdout=0.1).task)
+    read_task(task_of(tmp_path, rows, holdout=0.1).task)
     out = capsys.readouterr().out
     assert "warning: label 'l' has only 1 record(s)" in out and "(lines 42)" in out
 

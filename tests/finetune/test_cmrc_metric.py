@@ -9,7 +9,7 @@ import pytest
 from helpers import ROOT
 
 from zhlm.cli import cmrc_eval
-from zhlm.finetune import cmrc_metric as m
+from zhlm.finetune.metrics import cmrc2018 as m
 
 DEV = os.path.join(ROOT, "..", "shared", "data", "cmrc2018", "cmrc2018_dev.json")
 

@@ -8,8 +8,8 @@ import pytest
 from helpers import hf_folder
 
 from zhlm import defaults
-from zhlm.finetune import kinds, pretrained
-from zhlm.finetune.train import load_finetuned, save_finetuned
+from zhlm.finetune import kinds, saved
+from zhlm.finetune.saved import load_finetuned, save_finetuned
 from zhlm.models import dummy_inputs
 from zhlm.train import checkpoint
 
@@ -33,8 +33,8 @@ def _ours(path, kind, num_labels=2):
     loaded = checkpoint.load(path)
     checkpoint.adopt_model(config, loaded.config.model)
     model = kinds.task_model(config)
-    fresh = pretrained.init_params(model, jax.random.key(1), dummy_inputs(16))
-    merged, left_fresh = pretrained.merge(fresh, loaded.with_task_heads(), kinds.get(kind).head)
+    fresh = saved.init_params(model, jax.random.key(1), dummy_inputs(16))
+    merged, left_fresh = saved.merge(fresh, loaded.with_task_heads(), kinds.get(kind).export.head)
     return model, merged, left_fresh
 
 
@@ -67,8 +67,8 @@ def test_a_task_models_encoder_is_the_pretraining_models(kind):
     task = nn.unbox(abstract_variables(kinds.task_model(config)))["params"]
     pretraining = nn.unbox(abstract_variables(build_model(config)))["params"]
     # Only the sentence classifier reads the pooled [CLS]: the others have no pooler to train.
-    parts = pretrained.ENCODER_PARTS if kind == "classification" else ("embeddings", "encoder")
-    assert set(task) == {*parts, kinds.get(kind).head}
+    parts = saved.ENCODER_PARTS if kind == "classification" else ("embeddings", "encoder")
+    assert set(task) == {*parts, kinds.get(kind).export.head}
     for part in parts:
         assert jax.tree.structure(task[part]) == jax.tree.structure(pretraining[part])
         for a, b in zip(

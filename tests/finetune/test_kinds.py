@@ -1,7 +1,7 @@
 """The contract every registered task kind keeps, run for each: read a small sample of its
 data, featurize, two train steps through ``task_trainer``, a forward pass, decode, score (with
 the kind's metric), ``zhlm-predict``'s records (one per example, each with its ``id``), and the
-Hugging Face export of its class (``Bert`` + ``kind.hf_class``) giving the same outputs."""
+Hugging Face export of its class (``Bert`` + ``kind.export.hf_class``) giving the same outputs."""
 
 import functools
 import itertools
@@ -13,12 +13,12 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import DATA, ROOT
+from helpers import DATA, ROOT, read_task
 
 import zhlm
 from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import batching, kinds, pretrained, tasks
+from zhlm.finetune import batching, kinds, saved
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.task_model import TaskModel
 
@@ -98,14 +98,14 @@ def test_kind_contract(name, tmp_path):
     config.task.max_seq_length = overrides.get("max_seq_length", 32)
     config.train.update(batch_size=8, log_every=0)
     task, kind = config.task, kinds.get(name)
-    train, evaluation, _ = tasks.read_task(task)
+    train, evaluation, _ = read_task(task)
     assert train and evaluation
     tokenizer = WordPiece(default_vocab())
-    features = kind.featurize(kind.for_training(train), tokenizer, task, training=True)
+    features = kind.featurize(kind.training_examples(task, train), tokenizer, task, training=True)
     trainer = train_lib.task_trainer(config, kind, num_steps=2)
     key = jax.random.key(0)
-    params = pretrained.init_params(trainer.model, key, kind.example_inputs(task))
-    assert kind.head in params
+    params = saved.init_params(trainer.model, key, kind.example_inputs(task))
+    assert kind.export.head in params
     state = trainer.state_from(params)
     rows = np.arange(len(features.arrays["input_ids"]))
     for batch in itertools.islice(batching.batches(features.arrays, 8, rows), 2):
@@ -117,14 +117,14 @@ def test_kind_contract(name, tmp_path):
     predictions = kind.decode(evaluated, outputs, evaluation, task)
     assert kind.metric in kind.score(evaluated, evaluation, predictions)
 
-    best = train_lib.save_finetuned(tmp_path / "best", jax.device_get(state["params"]), config)
-    model, saved_params, saved = train_lib.load_finetuned(best)
-    records = TaskModel(model, saved_params, saved, tokenizer).predict(evaluation)
+    best = saved.save_finetuned(tmp_path / "best", jax.device_get(state["params"]), config)
+    model, saved_params, saved_config = saved.load_finetuned(best)
+    records = TaskModel(model, saved_params, saved_config, tokenizer).predict(evaluation)
     assert len(records) == len(evaluation) and all("id" in r for r in records)
     json.dumps(records, ensure_ascii=False)  # what zhlm-predict writes, a line each
 
-    zhlm.to_hf(model, {"params": saved_params}, saved, str(tmp_path / "hf"))
-    hf = getattr(transformers, "Bert" + kind.hf_class).from_pretrained(str(tmp_path / "hf"))
+    zhlm.to_hf(model, {"params": saved_params}, saved_config, str(tmp_path / "hf"))
+    hf = getattr(transformers, "Bert" + kind.export.hf_class).from_pretrained(str(tmp_path / "hf"))
     batch = {k: v[:4] for k, v in evaluated.arrays.items()}
     ours = jax.device_get(model.apply({"params": saved_params}, *_inputs(batch)))
     with torch.no_grad():
@@ -146,7 +146,7 @@ import itertools, json, sys
 import jax, numpy as np
 from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import batching, kinds, pretrained, tasks
+from zhlm.finetune import batching, kinds, saved, task_files
 from zhlm.finetune import train as train_lib
 from zhlm.train import sharding
 out = {}
@@ -155,15 +155,16 @@ for name, (fmt, path, overrides) in json.loads(sys.argv[1]).items():
     config.task.update(dict(kind=name, format=fmt, train_file=path, dev_file=path, **overrides))
     config.train.update(batch_size=8, log_every=0)
     kind, key = kinds.get(name), jax.random.key(0)
-    train, _, _ = tasks.read_task(config.task)
+    train, _, _ = task_files.read_task(kind, config.task)
     tokenizer = WordPiece(default_vocab())
-    features = kind.featurize(kind.for_training(train), tokenizer, config.task, True)
+    examples = kind.training_examples(config.task, train)
+    features = kind.featurize(examples, tokenizer, config.task, True)
     rows = np.arange(len(features.arrays["input_ids"]))
     assert len(jax.devices()) == 8
     for devices in (1, 8):
         mesh = sharding.create_mesh(config, jax.devices()[:devices])
         trainer = train_lib.task_trainer(config, kind, 2, mesh=mesh)
-        params = pretrained.init_params(trainer.model, key, kind.example_inputs(config.task))
+        params = saved.init_params(trainer.model, key, kind.example_inputs(config.task))
         state, losses = trainer.state_from(params), []
         for batch in itertools.islice(batching.batches(features.arrays, 8, rows), 2):
             state, metrics = trainer.step(state, batch, key)

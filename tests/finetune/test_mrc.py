@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from helpers import DATA
 
-from zhlm.finetune import squad
 from zhlm.finetune.kinds import mrc
+from zhlm.finetune.readers import squad
 
 CMRC_DEV = os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json")
 

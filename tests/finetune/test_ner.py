@@ -12,9 +12,10 @@ from helpers import ROOT
 from seqeval.metrics import sequence_labeling as seqeval
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import ner_features, ner_metric
-from zhlm.finetune import ner_files as ner
-from zhlm.finetune.ner_features import IGNORE, merge
+from zhlm.finetune.kinds.ner import features as ner_features
+from zhlm.finetune.kinds.ner.features import IGNORE, merge
+from zhlm.finetune.metrics import conlleval
+from zhlm.finetune.readers import ner
 
 MSRA = os.path.join(ROOT, "..", "shared", "data", "msra_ner")
 MSRA_LABELS = ("O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER")
@@ -64,12 +65,12 @@ def seqeval_spans(tags):
 )
 def test_entities_hand_made_agree_with_seqeval(tags, spans):
     tags = tags.split()
-    assert ner_metric.entities(tags) == spans
+    assert conlleval.entities(tags) == spans
     assert seqeval_spans(tags) == spans
 
 
 def test_bmes_middle_reads_as_inside():
-    assert ner_metric.entities("B-PER M-PER E-PER S-LOC".split()) == [("PER", 0, 3), ("LOC", 3, 4)]
+    assert conlleval.entities("B-PER M-PER E-PER S-LOC".split()) == [("PER", 0, 3), ("LOC", 3, 4)]
 
 
 def test_entities_match_seqeval_on_random_sequences():
@@ -77,13 +78,13 @@ def test_entities_match_seqeval_on_random_sequences():
     tags = ["O"] + [f"{p}-{t}" for p in "BIES" for t in ("PER", "LOC")]
     for _ in range(3000):
         seq = [rng.choice(tags) for _ in range(rng.randrange(13))]
-        assert ner_metric.entities(seq) == seqeval_spans(seq), seq
+        assert conlleval.entities(seq) == seqeval_spans(seq), seq
 
 
 def test_unknown_tag_shapes_are_errors():
     for tag in ("PER-B", "B-", "X-PER", "b-PER", "", "BB-PER"):
         with pytest.raises(ValueError, match="neither O nor"):
-            ner_metric.parse_tag(tag)
+            conlleval.parse_tag(tag)
 
 
 def random_spans(rng, length, types=("PER", "LOC")):
@@ -98,44 +99,44 @@ def random_spans(rng, length, types=("PER", "LOC")):
     return spans
 
 
-@pytest.mark.parametrize("scheme", ner_metric.SCHEMES)
+@pytest.mark.parametrize("scheme", conlleval.SCHEMES)
 def test_every_scheme_round_trips_and_is_detected(scheme):
     rng = random.Random(scheme)
     seqs = []
     for _ in range(300):
         length = rng.randrange(1, 15)
         spans = random_spans(rng, length)
-        tags = ner_metric.encode(spans, length, scheme)
-        assert ner_metric.entities(tags) == spans
-        assert ner_metric.to_bio(tags) == ner_metric.encode(spans, length, "bio")
+        tags = conlleval.encode(spans, length, scheme)
+        assert conlleval.entities(tags) == spans
+        assert conlleval.to_bio(tags) == conlleval.encode(spans, length, "bio")
         seqs.append(tags)
-    assert ner_metric.detect_scheme(seqs) == scheme
+    assert conlleval.detect_scheme(seqs) == scheme
 
 
 def test_scheme_encodings_by_hand():
     spans = [("PER", 0, 1), ("PER", 1, 4), ("LOC", 5, 7)]
-    assert ner_metric.encode(spans, 7, "bio") == "B-PER B-PER I-PER I-PER O B-LOC I-LOC".split()
-    assert ner_metric.encode(spans, 7, "iob1") == "I-PER B-PER I-PER I-PER O I-LOC I-LOC".split()
-    assert ner_metric.encode(spans, 7, "bioes") == "S-PER B-PER I-PER E-PER O B-LOC E-LOC".split()
-    assert ner_metric.encode(spans, 7, "bmes") == "S-PER B-PER M-PER E-PER O B-LOC E-LOC".split()
+    assert conlleval.encode(spans, 7, "bio") == "B-PER B-PER I-PER I-PER O B-LOC I-LOC".split()
+    assert conlleval.encode(spans, 7, "iob1") == "I-PER B-PER I-PER I-PER O I-LOC I-LOC".split()
+    assert conlleval.encode(spans, 7, "bioes") == "S-PER B-PER I-PER E-PER O B-LOC E-LOC".split()
+    assert conlleval.encode(spans, 7, "bmes") == "S-PER B-PER M-PER E-PER O B-LOC E-LOC".split()
     with pytest.raises(ValueError, match="overlaps"):
-        ner_metric.encode([("PER", 0, 2), ("LOC", 1, 3)], 3)
+        conlleval.encode([("PER", 0, 2), ("LOC", 1, 3)], 3)
     with pytest.raises(ValueError, match="unknown tagging scheme"):
-        ner_metric.encode([], 3, "bilou")
+        conlleval.encode([], 3, "bilou")
 
 
 def test_ambiguous_schemes_are_errors():
     with pytest.raises(ValueError, match="neither BIO nor IOB1"):
-        ner_metric.detect_scheme([["B-PER", "O", "I-PER"]])
+        conlleval.detect_scheme([["B-PER", "O", "I-PER"]])
     with pytest.raises(ValueError, match="both I- and M-"):
-        ner_metric.detect_scheme([["B-PER", "M-PER", "E-PER", "O", "B-LOC", "I-LOC"]])
+        conlleval.detect_scheme([["B-PER", "M-PER", "E-PER", "O", "B-LOC", "I-LOC"]])
     # One stray I- start among many B- starts is an ill-formed BIO entity, not ambiguity.
-    assert ner_metric.detect_scheme([["B-PER", "O"]] * 30 + [["I-PER"]]) == "bio"
-    assert ner_metric.detect_scheme([["O", "O"]]) == "bio"
+    assert conlleval.detect_scheme([["B-PER", "O"]] * 30 + [["I-PER"]]) == "bio"
+    assert conlleval.detect_scheme([["O", "O"]]) == "bio"
     # So is one stray E- in a BIO file: its other entities stay well-formed BIO ones.
     bio = [["B-PER", "I-PER", "O"]] * 30
-    assert ner_metric.detect_scheme(bio + [["B-LOC", "E-LOC"]]) == "bio"
-    assert ner_metric.detect_scheme(bio + [["B-LOC", "E-LOC"]] * 2) == "bioes"
+    assert conlleval.detect_scheme(bio + [["B-LOC", "E-LOC"]]) == "bio"
+    assert conlleval.detect_scheme(bio + [["B-LOC", "E-LOC"]] * 2) == "bioes"
 
 
 # ---------------------------------------------------------------------------------- metric
@@ -144,7 +145,7 @@ def test_ambiguous_schemes_are_errors():
 def test_scores_by_hand():
     gold = ["B-PER I-PER O B-LOC".split(), "B-ORG I-ORG".split()]
     pred = ["B-PER I-PER O B-ORG".split(), "O I-ORG".split()]  # the second ORG is one char short
-    result = ner_metric.scores(gold, pred)
+    result = conlleval.scores(gold, pred)
     micro = result["micro"]
     assert (micro["gold"], micro["predicted"], micro["correct"]) == (3, 3, 1)
     assert micro["precision"] == pytest.approx(100 / 3) and micro["f1"] == pytest.approx(100 / 3)
@@ -154,7 +155,7 @@ def test_scores_by_hand():
     )
     assert result["by_type"]["ORG"]["precision"] == 0 and result["by_type"]["ORG"]["gold"] == 1
     with pytest.raises(ValueError, match="sequence 1: 2 gold tags, 1 predicted"):
-        ner_metric.scores(gold, [pred[0], ["O"]])
+        conlleval.scores(gold, [pred[0], ["O"]])
 
 
 def test_scores_match_seqeval_on_random_tags():
@@ -166,7 +167,7 @@ def test_scores_match_seqeval_on_random_tags():
         gold.append([rng.choice(tags) for _ in range(n)])
         # Predictions: the gold tags with some changed, so that many entities match.
         pred.append([rng.choice(tags) if rng.random() < 0.2 else t for t in gold[-1]])
-    result = ner_metric.scores(gold, pred)
+    result = conlleval.scores(gold, pred)
     p, r, f, _ = seqeval.precision_recall_fscore_support(gold, pred, average="micro")
     micro = result["micro"]
     assert (micro["precision"], micro["recall"], micro["f1"]) == pytest.approx(
@@ -190,13 +191,13 @@ TEXT = "张三丰在北京"  # PER 0-3 (three characters, so that bmes needs an 
 
 def sentence_in(scheme):
     spans = [("PER", 0, 3), ("LOC", 4, 6)]
-    return list(zip(TEXT, ner_metric.encode(spans, 6, scheme), strict=True))
+    return list(zip(TEXT, conlleval.encode(spans, 6, scheme), strict=True))
 
 
-@pytest.mark.parametrize("scheme", ner_metric.SCHEMES)
+@pytest.mark.parametrize("scheme", conlleval.SCHEMES)
 def test_read_tagged_every_scheme_gives_the_same_bio(tmp_path, scheme):
     # A single-character entity too, so that S- tags appear in bioes/bmes.
-    single = list(zip("我去京", ner_metric.encode([("LOC", 2, 3)], 3, scheme), strict=True))
+    single = list(zip("我去京", conlleval.encode([("LOC", 2, 3)], 3, scheme), strict=True))
     path = write(tmp_path, f"{scheme}.txt", tagged(sentence_in(scheme), single))
     examples, report = ner.read_tagged(path)
     assert report.ok and report.scheme == scheme and report.records == 2
@@ -301,7 +302,7 @@ def test_read_spans_jsonl(tmp_path):
     first = examples[0]
     assert first.tags[:5] == ("B-company", "I-company", "I-company", "I-company", "O")
     assert first.tags[9:13] == ("B-name", "I-name", "I-name", "O")
-    assert ner_metric.entities(first.tags) == [("company", 0, 4), ("name", 9, 12)]
+    assert conlleval.entities(first.tags) == [("company", 0, 4), ("name", 9, 12)]
     assert (examples[1].guid, examples[1].tags) == ("7", ("O",) * 5)
     assert examples[2].tags == ("B-name", "I-name", "I-name", "O", "O")  # longer span first
     assert examples[3].tags == ("O", "O")
@@ -334,7 +335,7 @@ def test_labels_order():
 
 
 def example(text, spans):
-    return ner.NerExample("x", text, tuple(ner_metric.encode(spans, len(text))), 1)
+    return ner.NerExample("x", text, tuple(conlleval.encode(spans, len(text))), 1)
 
 
 LABELS = ("O", "B-ORG", "I-ORG", "B-PER", "I-PER")
@@ -441,7 +442,7 @@ def test_evaluation_keeps_a_type_the_labels_lack_in_the_metric(tokenizer, caplog
     assert f.arrays["labels"][0, :7].tolist() == [-1, -1, -1, 0, 1, 2, -1]
     merged = merge(f, np.array([[0, 0, 0, 0, 1, 2] + [0] * 10]))
     assert merged[0] == ["O", "O", "O", "B-LOC", "I-LOC"]
-    assert ner_metric.scores([e.tags], merged)["micro"]["f1"] == pytest.approx(200 / 3)
+    assert conlleval.scores([e.tags], merged)["micro"]["f1"] == pytest.approx(200 / 3)
 
 
 def test_prediction_records_and_file(tmp_path):
@@ -490,7 +491,7 @@ def test_msra_counts(msra, split):
     assert report.scheme == "bio" and report.dropped == 0 and len(examples) == sentences
     assert sum(len(e.text) for e in examples) == chars
     assert max(len(e.text) for e in examples) == 100
-    found = collections.Counter(t for e in examples for t, _, _ in ner_metric.entities(e.tags))
+    found = collections.Counter(t for e in examples for t, _, _ in conlleval.entities(e.tags))
     assert found == by_type
     assert ner.labels(examples) == MSRA_LABELS
     assert {i.kind for i in report.issues} <= {ner.ILL_FORMED_ENTITY}
@@ -514,7 +515,7 @@ def test_msra_gold_predictions_merge_back(msra, tokenizer):
     f = ner_features.ner_features(examples, tokenizer, MSRA_LABELS, 128, 64)
     assert len(f.example_index) == len(examples)  # no sentence needs a second window
     merged = merge(f, np.maximum(f.arrays["labels"], 0))
-    micro = ner_metric.scores([e.tags for e in examples], merged)["micro"]
+    micro = conlleval.scores([e.tags for e in examples], merged)["micro"]
     assert (micro["gold"], micro["predicted"], micro["correct"]) == (4240, 4240, 4238)
     wrong = [e.text for e, tags in zip(examples, merged, strict=True) if list(e.tags) != tags]
     assert len(wrong) == 2 and "深长城A12" in wrong[0] and "XR津百" in wrong[1]
@@ -538,7 +539,7 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     import jax
 
     from zhlm import defaults
-    from zhlm.finetune import batching, diagnose, kinds, pretrained, train
+    from zhlm.finetune import batching, diagnose, kinds, saved, train
     from zhlm.models import dummy_inputs
 
     config = defaults.get_finetune_config("tiny")
@@ -553,7 +554,7 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     )
     kind = kinds.get("ner")
     trainer = train.task_trainer(config, kind, 10)
-    fresh = pretrained.init_params(trainer.model, jax.random.key(1), dummy_inputs(32))
+    fresh = saved.init_params(trainer.model, jax.random.key(1), dummy_inputs(32))
     batch = next(batching.batches(features.arrays, 4, np.arange(4)))
     x = np.asarray(train.encoder(trainer)(fresh, batch), np.float64)
     assert diagnose.top_direction_share(x, batch) < 0.5
@@ -566,7 +567,7 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
         emb[name]["embedding"] = np.zeros_like(emb[name]["embedding"])
 
     encode = functools.partial(train.encoder(trainer), collapsed)
-    diagnosis = diagnose.diagnose(kind.prior(features.arrays), batch, encode)
+    diagnosis = diagnose.diagnose(kind.chance(features.arrays)["loss"], batch, encode)
 
     assert diagnosis["init_top_direction_share"] > diagnose.COLLAPSED_SHARE
     assert "token representations have collapsed" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from etils import epath
 from helpers import DATA, ROOT
 from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
-from zhlm.finetune import tasks
+from zhlm.finetune import task_files
 from zhlm.finetune.predict import predict, predict_file
 from zhlm.finetune.task_model import TaskModel
 
@@ -45,7 +45,9 @@ def test_records_follow_the_input_one_line_each_for_every_kind(workdirs, classif
     reviews = _lines(tmp_path / "reviews.tsv", 200)
     out = tmp_path / "reviews.jsonl"
     assert predict_file(classifier, reviews, str(out), chunk=CHUNK) == 200
-    examples, _ = tasks.read_file(classifier.task, reviews, require_label=False)
+    examples, _ = task_files.read_file(
+        classifier.kind, classifier.task, reviews, require_label=False
+    )
     assert _ids(out) == [e.guid for e in examples] == [f"reviews.tsv:{i}" for i in range(2, 202)]
     # NER: sentences of several lines each; MRC: one record per question, not per passage.
     ner_input = tmp_path / "msra.txt"
@@ -60,7 +62,7 @@ def test_records_follow_the_input_one_line_each_for_every_kind(workdirs, classif
         model = TaskModel.load(workdirs[kind])
         out = tmp_path / f"{kind}.jsonl"
         n = predict_file(model, str(path), str(out), chunk=chunk)
-        examples, _ = tasks.read_file(model.task, str(path), require_label=False)
+        examples, _ = task_files.read_file(model.kind, model.task, str(path), require_label=False)
         assert n == len(examples) > chunk and _ids(out) == [e.guid for e in examples], kind
 
 

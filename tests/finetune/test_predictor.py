@@ -127,7 +127,7 @@ def test_a_hugging_face_task_folder_predicts_what_transformers_computes(tmp_path
     from helpers import hf_folder
 
     from zhlm.data.tokenizer import WordPiece, default_vocab
-    from zhlm.finetune import ner_metric
+    from zhlm.finetune.metrics import conlleval
 
     names = {0: "negative", 1: "neutral", 2: "positive"}
     hf, path = hf_folder(tmp_path, "BertForSequenceClassification", id2label=names)
@@ -152,7 +152,7 @@ def test_a_hugging_face_task_folder_predicts_what_transformers_computes(tmp_path
     with torch.no_grad():
         chars = [WordPiece(default_vocab()).encode_batch([c])[0].ids[0] for c in SENTENCES[0]]
         guess = hf(torch.tensor([[101, *chars, 102]])).logits[0, 1:-1].argmax(-1).tolist()
-    expected = ner_metric.entities([tags[t] for t in guess])  # conlleval's chunks
+    expected = conlleval.entities([tags[t] for t in guess])  # conlleval's chunks
     assert [(e["type"], e["start"], e["end"]) for e in entities] == expected
 
 

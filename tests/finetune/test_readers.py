@@ -5,12 +5,13 @@ import json
 import os
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, read_task
 
-from zhlm.finetune import report as r
-from zhlm.finetune import tasks
-from zhlm.finetune.squad import MrcAnswer, read_squad
-from zhlm.finetune.tables import read_table
+from zhlm.finetune import kinds as registry
+from zhlm.finetune import task_files
+from zhlm.finetune.readers import report as r
+from zhlm.finetune.readers.squad import MrcAnswer, read_squad
+from zhlm.finetune.readers.tables import read_table
 
 DATA = os.path.join(ROOT, "..", "shared", "data")
 BINARY = ("0", "1")
@@ -280,7 +281,7 @@ def test_squad_not_json_or_not_squad(tmp_path):
     assert examples == [] and kinds(report) == [(1, r.MISSING_FIELD)]
 
 
-# --- every layout through one reader (zhlm.finetune.tables) ---------------------------------
+# --- every layout through one reader (zhlm.finetune.readers.tables) -------------------------
 
 
 def task_config(path, kind="classification", fmt="tsv", labels=(), dev=None, **fields):
@@ -303,7 +304,7 @@ def test_headerless_tsv_has_its_label_last_and_labels_are_inferred(tmp_path, cap
     assert examples[0].text == "中华女子学院：本科层次仅1专业招男生"
     dev = write(tmp_path, "dev.txt", "新闻\t3\n另一条\t7\n")
     task = task_config(path, dev=dev)
-    train, evaluation, reports = tasks.read_task(task)
+    train, evaluation, reports = read_task(task)
     assert task.labels == ("0", "3", "10")  # numbers in numeric order, written back
     assert "labels of" in capsys.readouterr().out and len(train) == 3
     # The dev file's label outside the inferred set is reported and skipped.
@@ -405,14 +406,14 @@ def test_a_saved_datasets_folder(tmp_path):
     splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict(data, features=features)})
     splits.save_to_disk(str(tmp_path / "xnli"))
     task = task_config(tmp_path / "xnli" / "train", "pair", "datasets", NLI)
-    train, _, (report, _) = tasks.read_task(task)
+    train, _, (report, _) = read_task(task)
     assert [(e.text_a, e.label, e.line) for e in train] == [
         ("他来了", "entailment", 1),
         ("下雨", "contradiction", 2),
     ]
     assert kinds(report) == [(3, r.MISSING_FIELD)]  # ClassLabel -1: no label
     with pytest.raises(ValueError, match="holds the splits train: point at one"):
-        tasks.read_task(task_config(tmp_path / "xnli", "pair", "datasets", NLI))
+        read_task(task_config(tmp_path / "xnli", "pair", "datasets", NLI))
 
 
 # --- layouts read the wrong way: the error says what the file looks like ---------------------
@@ -422,7 +423,7 @@ def test_a_csv_read_as_tsv_names_the_delimiter_and_the_flag(tmp_path):
     rows = ["label,review"] + [f"{i % 2},第{i}条评论" for i in range(12)]
     path = write(tmp_path, "senti.csv", "\n".join(rows) + "\n")
     with pytest.raises(ValueError) as error:
-        tasks.read_task(task_config(path, labels=BINARY))
+        read_task(task_config(path, labels=BINARY))
     message = str(error.value)
     assert "no record could be read as format tsv (malformed_line=13)" in message
     assert "comma-delimited, 2 columns, header ['label', 'review']" in message
@@ -435,12 +436,12 @@ def test_labels_in_another_column_name_it(tmp_path):
         tmp_path, "news.txt", "".join(f"{labels[i % 3]}\t第{i}条新闻\n" for i in range(12))
     )
     with pytest.raises(ValueError) as error:  # a label set given: every label is unknown
-        tasks.read_task(task_config(path, labels=labels))
+        read_task(task_config(path, labels=labels))
     assert "unknown_label=12" in str(error.value)
     assert "column 0 looks like labels (3 values: 体育, 科技, 财经)" in str(error.value)
     assert "--config.task.text_fields=1 --config.task.label_field=0" in str(error.value)
     with pytest.raises(ValueError, match="12 distinct labels in 12 records"):  # labels inferred
-        tasks.read_task(task_config(path))
+        read_task(task_config(path))
 
 
 def test_a_gbk_file_is_named_as_not_utf8(tmp_path):
@@ -448,26 +449,26 @@ def test_a_gbk_file_is_named_as_not_utf8(tmp_path):
         tmp_path, "gbk.txt", "".join(f"第{i}条新闻\t{i % 2}\n" for i in range(12)).encode("gbk")
     )
     with pytest.raises(ValueError, match="malformed_line=12.*not UTF-8 text .GBK"):
-        tasks.read_task(task_config(path))
+        read_task(task_config(path))
 
 
 def test_a_latin1_file_is_not_called_gbk_and_the_encodings_tried_are_named(tmp_path):
     rows = "".join(f"café crème n°{i}\t{i % 2}\n" for i in range(12)).encode("latin-1")
     path = write(tmp_path, "latin1.txt", rows)
     with pytest.raises(ValueError, match="neither UTF-8 nor GBK text .the encodings tried.: ") as e:
-        tasks.read_task(task_config(path))
+        read_task(task_config(path))
     assert "(GBK" not in str(e.value) and "iconv -f THAT -t UTF-8" in str(e.value)
     utf16 = write(tmp_path, "utf16.txt", "好评\t1\n".encode("utf-16"))
     with pytest.raises(
         ValueError, match="UTF-16 text, not UTF-8 .its BOM says so.: iconv -f UTF-16"
     ):
-        tasks.read_task(task_config(utf16))
+        read_task(task_config(utf16))
 
 
 def test_a_files_report_is_printed_once(tmp_path, capsys, caplog):
     rows = ["label\ttext_a", "1\t好评", "7\t标签不在标签集里", "0\t差评"]
     path = write(tmp_path, "senti.tsv", "\n".join(rows) + "\n")
-    tasks.read_file(task_config(path, labels=BINARY), path)
+    task_files.read_file(registry.get("classification"), task_config(path, labels=BINARY), path)
     out, err = capsys.readouterr()
     everything = out + err + caplog.text
     assert everything.count(f"{path}:3: unknown_label") == 1
@@ -480,7 +481,7 @@ STREAMED += [("spans_jsonl", "ner")]
 
 @pytest.mark.parametrize("fmt, kind", STREAMED)
 def test_a_stream_holds_a_piece_of_the_file_not_its_records(tmp_path, fmt, kind):
-    """10,000 records of each format through ``tasks.stream_file``, one at a time: the peak
+    """10,000 records of each format through ``task_files.stream_file``, one at a time: the peak
     of Python allocations stays under 1.5 MB, where the records read whole take 3 to 17 MB."""
     import tracemalloc
 
@@ -501,7 +502,9 @@ def test_a_stream_holds_a_piece_of_the_file_not_its_records(tmp_path, fmt, kind)
     task = task_config(path, kind, fmt, BINARY if kind != "ner" else ("O",))
     tracemalloc.start()
     try:
-        examples, report = tasks.stream_file(task, str(path), require_label=False)
+        examples, report = task_files.stream_file(
+            registry.get(task.kind), task, str(path), require_label=False
+        )
         count = sum(1 for _ in examples)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -512,12 +515,14 @@ def test_a_stream_holds_a_piece_of_the_file_not_its_records(tmp_path, fmt, kind)
 
 def test_task_checks_are_one_line_each(tmp_path):
     with pytest.raises(ValueError, match=r"^config.task.train_file is empty: pass"):
-        tasks.check_task(task_config(""))
+        task_files.check_task(registry.get("classification"), task_config(""))
     task = task_config(tmp_path / "x.tsv")
     task.dev_file = ""
     with pytest.raises(ValueError, match=r"^config.task.dev_file is empty: pass"):
-        tasks.check_task(task)
+        task_files.check_task(registry.get(task.kind), task)
     with pytest.raises(ValueError, match="has fixed fields"):
-        tasks.check_task(task_config(tmp_path / "x.json", "mrc", "squad", label_field="y"))
+        task_files.check_task(
+            registry.get("mrc"), task_config(tmp_path / "x.json", "mrc", "squad", label_field="y")
+        )
     with pytest.raises(FileNotFoundError, match="x.tsv: no such file"):
-        tasks.read_task(task_config(tmp_path / "x.tsv"))
+        read_task(task_config(tmp_path / "x.tsv"))

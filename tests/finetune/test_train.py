@@ -13,8 +13,9 @@ import pytest
 from helpers import DATA, ROOT, hf_folder, load_task, without_opt_level_zero
 
 from zhlm import defaults
-from zhlm.finetune import cmrc_metric
-from zhlm.finetune.train import finetune, load_finetuned
+from zhlm.finetune.metrics import cmrc2018
+from zhlm.finetune.saved import load_finetuned
+from zhlm.finetune.train import finetune
 from zhlm.train import checkpoint
 
 # ------------------------------------------------------------------------------ end to end
@@ -120,7 +121,7 @@ def test_cmrc2018_from_a_pretrain_workdir_predictions_score_as_reported(tmp_path
     assert results["init_from"].endswith("(step 7)")
     assert results["fresh_parameters"] == ["qa_outputs"]
     (seed,) = results["seeds"]
-    score = cmrc_metric.evaluate_files(results["eval_set"], results["predictions"])
+    score = cmrc2018.evaluate_files(results["eval_set"], results["predictions"])
     assert score.total == 40 and score.skip == 0
     assert score.f1 == pytest.approx(seed["f1"]) and score.em == pytest.approx(seed["em"])
     assert results["max"] == seed["f1"]
@@ -182,7 +183,8 @@ def test_msra_ner_from_a_hf_token_classifier_predictions_score_as_reported(tmp_p
     """MSRA-NER end to end: the BIO files, windows shorter than some sentences, the head of a
     BertForTokenClassification folder (random, so it predicts entities from the first step),
     the conlleval F1 in results.json equal to the written predictions scored afresh."""
-    from zhlm.finetune import ner_files, ner_metric
+    from zhlm.finetune.metrics import conlleval
+    from zhlm.finetune.readers import ner as ner_reader
 
     _, path = hf_folder(tmp_path, "BertForTokenClassification", num_labels=7)
     config = load_task("msra_ner")
@@ -192,12 +194,12 @@ def test_msra_ner_from_a_hf_token_classifier_predictions_score_as_reported(tmp_p
     _quick(config, batch_size=16, epochs=1, max_train_examples=64, max_eval_examples=48)
     results = finetune(config, path, str(tmp_path / "ner"))
     assert results["metric"] == "f1" and results["fresh_parameters"] == []
-    predicted, _ = ner_files.read_spans_jsonl(results["predictions"])
-    gold, _ = ner_files.read_tagged(config.task.dev_file)
+    predicted, _ = ner_reader.read_spans_jsonl(results["predictions"])
+    gold, _ = ner_reader.read_tagged(config.task.dev_file)
     gold = gold[:48]
     assert [p.text for p in predicted] == [g.text for g in gold]
-    assert sum(len(ner_metric.entities(p.tags)) for p in predicted) > 0
-    score = ner_metric.scores([g.tags for g in gold], [p.tags for p in predicted])["micro"]
+    assert sum(len(conlleval.entities(p.tags)) for p in predicted) > 0
+    score = conlleval.scores([g.tags for g in gold], [p.tags for p in predicted])["micro"]
     (seed,) = results["seeds"]
     assert seed["f1"] == pytest.approx(score["f1"]) and results["max"] == seed["f1"]
     assert seed["precision"] == pytest.approx(score["precision"])

@@ -5,10 +5,10 @@ import math
 
 import numpy as np
 import pytest
-from helpers import load_task
+from helpers import load_task, read_task
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import kinds, tasks
+from zhlm.finetune import kinds
 from zhlm.finetune.train import finetune
 from zhlm.train import metrics
 
@@ -23,7 +23,7 @@ def test_each_epoch_records_its_speed_and_real_token_share(tmp_path):
     lines = metrics.read(str(tmp_path), "seed0")
     assert [line["step"] for line in lines] == [1, 2]
 
-    train, _, _ = tasks.read_task(load_task("chnsenticorp").task)
+    train, _, _ = read_task(load_task("chnsenticorp").task)
     kind = kinds.get("classification")
     task = load_task("chnsenticorp").task
     task.unlock()

@@ -2,8 +2,8 @@
 
 A drop-in for ``cmrc2018_evaluate.py`` (same arguments, same one-line JSON on stdout, the same
 "Unanswered question" lines on stderr) that runs on Python 3 without NLTK; the definition lives
-in :mod:`zhlm.finetune.cmrc_metric`. Plain argparse rather than absl flags: it has two positional
-paths and no config, exactly like the script it replaces.
+in :mod:`zhlm.finetune.metrics.cmrc2018`. Plain argparse rather than absl flags: it has two
+positional paths and no config, exactly like the script it replaces.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from zhlm.finetune import cmrc_metric
+from zhlm.finetune.metrics import cmrc2018
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("prediction_file", help="predictions JSON: {question_id: answer}")
     args = parser.parse_args(argv)
     try:
-        score = cmrc_metric.evaluate_files(args.dataset_file, args.prediction_file)
+        score = cmrc2018.evaluate_files(args.dataset_file, args.prediction_file)
     except (OSError, ValueError, KeyError, TypeError) as error:
         # A bad path or a malformed file is the user's input, not our bug: say so in one line.
         print(f"zhlm-cmrc-eval: {type(error).__name__}: {error}", file=sys.stderr)

@@ -3,7 +3,7 @@ written while the file is read.
 
 Why streamed: inputs to predict can be far larger than a dev set, and a long run may be stopped.
 So the input is read, predicted and written :data:`CHUNK` records at a time
-(:func:`zhlm.finetune.tasks.stream_file` → :meth:`TaskModel.predict` → the output), each chunk
+(:func:`zhlm.finetune.task_files.stream_file` → :meth:`TaskModel.predict` → the output), each chunk
 appended and flushed to disk (``fsync``) before the next is read: memory is bounded by the chunk
 whatever the file's size, and a stopped run leaves every finished record on disk. The records
 (:mod:`zhlm.finetune.task_model`) are one line per input record, in input order, each with the
@@ -38,7 +38,7 @@ import shutil
 import tempfile
 
 from zhlm import paths
-from zhlm.finetune import kinds, tasks
+from zhlm.finetune import task_files
 from zhlm.finetune.task_model import TaskModel
 
 CHUNK = 1024  # input records read, predicted and written at a time
@@ -58,14 +58,14 @@ def predict(source: str, input_file: str, output: str, fmt: str = "", text_field
     ``source`` (a fine-tuning workdir, or its ``best/``), reading it as ``fmt`` (empty: see
     :func:`input_format`); returns how many the output holds, one per input record."""
     model = TaskModel.load(source, text_fields=text_fields)
-    model.task.format = input_format(model.task, input_file, fmt)
+    model.task.format = input_format(model.kind, model.task, input_file, fmt)
     return predict_file(model, input_file, output)
 
 
-def input_format(task, path: str, fmt: str = "") -> str:
+def input_format(kind, task, path: str, fmt: str = "") -> str:
     """``fmt`` if given (one the kind reads), else the format of ``path``'s extension among the
     kind's (the run's own where it is one of them), else the run's."""
-    formats = kinds.get(task.kind).formats
+    formats = kind.formats
     if fmt:
         if fmt not in formats:
             raise ValueError(f"--format={fmt}: kind {task.kind} reads {', '.join(formats)}")
@@ -81,7 +81,7 @@ def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CH
     many the output holds. An input that gives no record is an error."""
     from tqdm import tqdm
 
-    examples, report = tasks.stream_file(model.task, input_file, require_label=False)
+    examples, report = task_files.stream_file(model.kind, model.task, input_file, False)
     output = output if paths.is_remote(output) else os.fspath(paths.resolve(output))
     done = _done(output)
     _skip(examples, done, input_file, output)
@@ -99,7 +99,7 @@ def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CH
             bar.update(len(records))
     print(report.summary(), flush=True)
     if not written:
-        raise tasks.no_records(model.task, input_file, report)
+        raise task_files.no_records(model.kind, model.task, input_file, report)
     return written
 
 

@@ -12,7 +12,7 @@ same input in a file (the same featurize, forward pass, decode and records). An 
 record of the kind's input fields (:attr:`Predictor.inputs`: ``text``; ``text_a, text_b``;
 ``question, context``): a ``str`` is the one input of a single-text kind, a ``tuple`` the
 inputs in that order, a ``dict`` names them (and may give an ``id``). The kind builds the
-examples (``TaskKind.examples_from``). Each result holds its input fields and the prediction
+examples (``Reader.examples_from``). Each result holds its input fields and the prediction
 (``label`` and ``probabilities``; ``answer`` and ``score``; ``entities``), and the ``id`` where
 the input gave one.
 """
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from zhlm.finetune import kinds
-from zhlm.finetune.kinds.base import required_fields
+from zhlm.finetune.readers.base import required_fields
 from zhlm.finetune.task_model import TaskModel
 
 CHUNK = 1024  # examples featurized at a time, so that a long list needs no more memory
@@ -35,7 +34,6 @@ class Predictor:
 
     def __init__(self, source: str, kind: str = ""):
         self.model = TaskModel.load(source, kind=kind)
-        self._kind = kinds.get(self.task.kind)
 
     @property
     def task(self):
@@ -45,10 +43,7 @@ class Predictor:
     @property
     def inputs(self) -> tuple[str, ...]:
         """The input fields of an example, in the order a tuple gives them."""
-        cls = self._kind.example_type(self.task)
-        if cls is None:
-            raise ValueError(f"kind {self.task.kind} takes no in-memory inputs: use zhlm-predict")
-        return required_fields(cls)[1:]
+        return required_fields(self.model.kind.reader.example_type)[1:]
 
     def predict(self, inputs):
         """One result for a ``str``, ``tuple`` or ``dict``; a list of results, in order, for a
@@ -57,7 +52,7 @@ class Predictor:
         if not single and not isinstance(inputs, Iterable):
             raise TypeError(f"a {type(inputs).__name__} to predict; {self._expected()}")
         records = [self._record(i, x) for i, x in enumerate([inputs] if single else inputs)]
-        examples = self._kind.examples_from(records, self.task)
+        examples = self.model.kind.reader.examples_from(records, self.task)
         results = []
         for start in range(0, len(examples), CHUNK):
             results += self.model.predict(examples[start : start + CHUNK])

@@ -6,7 +6,7 @@ tokenizer and the jitted forward pass is done once, while prediction comes a chu
 from a file or from memory. :func:`_records` asks the task kind (``zhlm.finetune.kinds``) to
 featurize, decode and make the records; whatever feeds it examples knows no kind. Each record
 has the example's ``id``, its inputs (``text``; ``text_a`` and ``text_b``; ``question`` and
-``context``: :func:`zhlm.finetune.kinds.base.input_fields`), and
+``context``: :func:`zhlm.finetune.readers.base.input_fields`), and
 
 * classification / pair: ``label`` and ``probabilities`` (label -> softmax probability);
 * mrc: ``answer`` and ``score`` (the span's start + end logit; questions without any allowed
@@ -28,9 +28,8 @@ import json
 import jax
 
 from zhlm import defaults, paths, run_files
-from zhlm.finetune import batching, kinds, pretrained, tasks
-from zhlm.finetune.kinds.base import input_fields
-from zhlm.finetune.train import load_finetuned
+from zhlm.finetune import batching, kinds, saved, task_files
+from zhlm.finetune.readers.base import input_fields
 from zhlm.models import model_config
 from zhlm.train import checkpoint
 from zhlm.train.checkpoint import VOCAB
@@ -41,6 +40,7 @@ class TaskModel:
 
     def __init__(self, model, params, config, tokenizer):
         self.config, self.tokenizer = config, tokenizer
+        self.kind = kinds.get(config.task.kind)  # resolved once: every prediction uses it
         forward = jax.jit(lambda p, b: model.apply({"params": p}, *_inputs(b)))
         self._forward = lambda batch: forward(params, batch)
 
@@ -60,7 +60,7 @@ class TaskModel:
             else str(run_files.path(source, run_files.BEST))
         )
         if run_files.is_params_checkpoint(best):
-            model, params, config = load_finetuned(best)
+            model, params, config = saved.load_finetuned(best)
         elif _hf_config(source) is not None:
             model, params, config = from_hf(source, kind)
         else:
@@ -75,11 +75,11 @@ class TaskModel:
             task.text_fields = tuple(text_fields)
         vocab = run_files.path(best, VOCAB)  # the run's vocabulary, saved beside its parameters
         task.vocab = str(vocab) if vocab.is_file() else task.vocab
-        return cls(model, params, config, tasks.load_tokenizer(task))
+        return cls(model, params, config, task_files.load_tokenizer(task))
 
     def predict(self, examples) -> list[dict]:
         """One record per example (see the module docstring), in the examples' order."""
-        return _records(self.task, examples, self.tokenizer, self._forward, self.config)
+        return _records(self.kind, self.task, examples, self.tokenizer, self._forward, self.config)
 
 
 def from_hf(source: str, kind_name: str = ""):
@@ -96,14 +96,14 @@ def from_hf(source: str, kind_name: str = ""):
     task = config.task
     task.kind, task.format, task.vocab = kind.name, kind.formats[0], loaded.vocab
     task.max_seq_length = min(512, config.model.max_position_embeddings)
-    kind.task_from_hf(task, hf_config)
+    kind.export.task_from(task, hf_config)
     model = kind.model(model_config(config.model), task)
-    fresh = pretrained.init_params(model, jax.random.key(0), kind.example_inputs(task))
-    params, left_fresh = pretrained.merge(fresh, loaded.with_task_heads(), kind.head)
-    if kind.head in left_fresh:
+    fresh = saved.init_params(model, jax.random.key(0), kind.example_inputs(task))
+    params, left_fresh = saved.merge(fresh, loaded.with_task_heads(), kind.export.head)
+    if kind.export.head in left_fresh:
         raise ValueError(
-            f"{source}: no trained {kind.head!r} of {kind.name} in its weights (a random head "
-            "predicts nothing): fine-tune it with zhlm-finetune --init=FOLDER first"
+            f"{source}: no trained {kind.export.head!r} of {kind.name} in its weights (a random "
+            "head predicts nothing): fine-tune it with zhlm-finetune --init=FOLDER first"
         )
     return model, params, config
 
@@ -124,9 +124,8 @@ def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
-def _records(task, examples, tokenizer, forward, config) -> list[dict]:
+def _records(kind, task, examples, tokenizer, forward, config) -> list[dict]:
     """The task kind's records (``zhlm.finetune.kinds``) of ``examples``, in their order."""
-    kind = kinds.get(task.kind)
     features = kind.featurize(examples, tokenizer, task, training=False)
     outputs = batching.run(
         lambda batch: kind.device_outputs(forward(batch), batch),

@@ -42,7 +42,7 @@ import numpy as np
 from tqdm import tqdm
 
 from zhlm import paths, run_files, workdir_lock
-from zhlm.finetune import batching, diagnose, kinds, pretrained, tasks
+from zhlm.finetune import batching, diagnose, kinds, saved, task_files
 from zhlm.finetune import progress as progress_lib
 from zhlm.models import dropout_rngs, model_config
 from zhlm.train import checkpoint, curves, sharding, step, sums
@@ -72,7 +72,7 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     root.mkdir(parents=True, exist_ok=True)
     loaded = _pretrained(config, init)
     init_from = loaded.description if loaded else "random initialisation"
-    tokenizer = tasks.load_tokenizer(config.task, loaded)
+    tokenizer = task_files.load_tokenizer(config.task, loaded)
     kind = kinds.get(config.task.kind)
     data = _Data(config, kind, tokenizer)
     _check_fits(config, tokenizer)
@@ -94,7 +94,7 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     first_rows = np.arange(min(train.batch_size, data.num_train))
     first = next(batching.batches(data.train, train.batch_size, first_rows))
     encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
-    diagnosis = diagnose.diagnose(kind.prior(data.train), first, encode)
+    diagnosis = diagnose.diagnose(kind.chance(data.train).get("loss"), first, encode)
     progress = progress_lib.Progress(workdir, config, init)
     # metrics.jsonl and TensorBoard, one split per seed; a new run starts the file afresh, a
     # continued one keeps the epochs it does not run again.
@@ -115,7 +115,7 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     _, predictions = _evaluate(top_params, config, kind, data, trainer)
     results.update(_write_best(config, kind, data, top_params, predictions, root, tokenizer))
     results["seconds"] = round(time.time() - started, 1)
-    tasks.write_json(root / run_files.RESULTS, results)
+    paths.write_json(root / run_files.RESULTS, results)
     progress.remove()
     print(
         f"zhlm-finetune: {config.task.name} dev {results['metric']} max {results['max']:.2f} "
@@ -169,8 +169,10 @@ class _Data:
 
     def __init__(self, config, kind, tokenizer):
         task, limits = config.task, config.train
-        train, evaluation, self.reports = tasks.read_task(task)
-        train = kind.for_training(train)[: limits.max_train_examples or None]
+        train, evaluation, self.reports = task_files.read_task(kind, task)
+        learned = kind.training_examples(task, train)
+        self.left_out_of_training = len(train) - len(learned)  # e.g. MRC answers not located
+        train = learned[: limits.max_train_examples or None]
         self.examples = evaluation[: limits.max_eval_examples or None]
         if not train or not self.examples:
             raise ValueError(f"{task.name}: no usable training or evaluation examples")
@@ -246,10 +248,10 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
     train = config.train
     init_key, dropout_key = jax.random.split(jax.random.key(seed))
     inputs = kind.example_inputs(config.task)
-    model_params = pretrained.init_params(trainer.model, init_key, inputs)
+    model_params = saved.init_params(trainer.model, init_key, inputs)
     params, left_fresh = model_params, sorted(model_params)
     if loaded_params is not None:
-        params, left_fresh = pretrained.merge(model_params, loaded_params, kind.head)
+        params, left_fresh = saved.merge(model_params, loaded_params, kind.export.head)
     state = trainer.state_from(params)  # a copy: it is donated, and the seeds share ``params``
     order_rng = np.random.RandomState(seed)
     best, history, done = None, [], progress.epochs_done(seed)
@@ -337,6 +339,7 @@ def _summary(config, kind, init, init_from, data, runs) -> dict:
         init=init or None,
         init_from=init_from,
         train_examples=data.num_train_examples,
+        left_out_of_training=data.left_out_of_training,
         train_rows=data.num_train,
         eval_examples=len(data.examples),
         seeds=[
@@ -350,7 +353,7 @@ def _summary(config, kind, init, init_from, data, runs) -> dict:
         read_issues={r.path: dict(r.counts) for r in data.reports},
         fresh_parameters=runs[top]["fresh"],
     )
-    results.update(kind.baseline(data.eval.arrays, config.task))
+    results.update({k: v for k, v in kind.chance(data.eval.arrays).items() if k != "loss"})
     if "majority_rate" in results and results["max"] <= results["majority_rate"]:
         results["at_majority_rate"] = True  # no seed beat predicting the commonest class
     return results
@@ -361,19 +364,7 @@ def _write_best(config, kind, data, params, predictions, root, tokenizer) -> dic
     (``train.save_best``: ``best/`` is all ``zhlm-predict`` needs); returns their paths."""
     written = kind.write_dev(root, data.examples, predictions)
     if config.train.save_best:
-        written["best"] = save_finetuned(root / run_files.BEST, params, config)
+        written["best"] = saved.save_finetuned(root / run_files.BEST, params, config)
         vocab = paths.resolve(tokenizer.vocab_path).read_bytes()
         run_files.path(written["best"], checkpoint.VOCAB).write_bytes(vocab)
     return written
-
-
-def save_finetuned(path, params, config) -> str:
-    """A parameter checkpoint of a task model (``zhlm.train.checkpoint``); returns its path."""
-    checkpoint.save_params(path, {"params": params}, config)
-    return str(run_files.path(path))
-
-
-def load_finetuned(path: str):
-    """``(model, params, config)`` of a folder :func:`save_finetuned` wrote."""
-    variables, config = checkpoint.load_params(path)
-    return kinds.task_model(config), variables["params"], config

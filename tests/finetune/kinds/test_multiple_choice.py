@@ -13,9 +13,12 @@ import pytest
 from helpers import DATA, hf_folder, load_task
 
 from zhlm import defaults
-from zhlm.finetune import kinds, pretrained
+from zhlm.finetune import kinds, saved
 from zhlm.finetune.kinds import multiple_choice as mc
-from zhlm.finetune.train import finetune, load_finetuned, save_finetuned
+from zhlm.finetune.readers import report as report_lib
+from zhlm.finetune.readers.choices import ChoiceExample, ChoiceReader
+from zhlm.finetune.saved import load_finetuned, save_finetuned
+from zhlm.finetune.train import finetune
 from zhlm.train import checkpoint
 
 C3 = [
@@ -30,24 +33,29 @@ C3 = [
 ]  # fmt: skip
 
 
+def _read(path, fmt, require_label=True, num_choices=0):
+    task = defaults.get_finetune_config("tiny").task
+    task.update(kind="multiple_choice", format=fmt, num_choices=num_choices)
+    examples, report = ChoiceReader().read(path, task, require_label)
+    return list(examples), report
+
+
 def test_c3_json_reads_questions_with_their_passage_and_reports_bad_ones(tmp_path):
     path = tmp_path / "c3.json"
     path.write_text(json.dumps(C3, ensure_ascii=False, indent=1), encoding="utf-8")
-    examples, report = mc.read_c3(path)
+    examples, report = _read(path, "c3")
     assert [e.guid for e in examples] == ["d-1-1", "m-2-1", "m-2-3"]
     first = examples[0]
     assert first.passage == "男：你好。\n女：你好！" and first.options == ("打招呼", "吃饭")
     assert first.label == 0 and examples[1].label == 0 and first.passage_id == "d-1"
-    assert report.counts == {mc.UNKNOWN_ANSWER: 1}
+    assert report.counts == {report_lib.UNKNOWN_ANSWER: 1}
     lines = path.read_text(encoding="utf-8").split("\n")
     where = next(i for i, text in enumerate(lines, 1) if '"question": "哪天?"' in text)
     assert report.issues[0].line == where  # the line of the question's first key
 
-    config = defaults.get_finetune_config("tiny")
-    config.task.update(kind="multiple_choice", format="c3", num_choices=4)
-    kept, report = kinds.get("multiple_choice").read(path, config.task)
+    kept, report = _read(path, "c3", num_choices=4)
     assert [e.guid for e in kept] == ["d-1-1", "m-2-1"]
-    assert report.counts == {mc.UNKNOWN_ANSWER: 1, mc.TOO_MANY_OPTIONS: 1}
+    assert report.counts == {report_lib.UNKNOWN_ANSWER: 1, report_lib.TOO_MANY_OPTIONS: 1}
 
 
 def test_json_lines_take_an_answer_as_text_or_index_and_none_to_predict(tmp_path):
@@ -59,16 +67,16 @@ def test_json_lines_take_an_answer_as_text_or_index_and_none_to_predict(tmp_path
         {"question": "无?", "options": []},
     ]
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
-    examples, report = mc.read_jsonl(path)
+    examples, report = _read(path, "jsonl")
     assert [(e.guid, e.label) for e in examples] == [("a", 0), ("mc.jsonl:2", 1)]
-    assert report.counts == {mc.UNKNOWN_ANSWER: 1, "missing_field": 1}
-    unlabelled, _ = mc.read_jsonl(path, require_label=False)
+    assert report.counts == {report_lib.UNKNOWN_ANSWER: 1, "missing_field": 1}
+    unlabelled, _ = _read(path, "jsonl", require_label=False)
     assert len(unlabelled) == 2  # an answer that is given must still be an option
 
 
 def test_only_the_passage_is_cut_and_padded_options_are_copies_marked_absent(tokenizer):
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    long = mc.ChoiceExample("x", "长" * 40, "问题是什么", ("选项一", "二"), 1, 1, "x")
+    long = ChoiceExample("x", "长" * 40, "问题是什么", ("选项一", "二"), 1, 1, "x")
     arrays = mc.choice_features([long], tokenizer, num_choices=3, max_seq_length=20)
     ids, types, mask = (arrays[k][0] for k in ("input_ids", "token_type_ids", "attention_mask"))
     question = tokenizer.encode_batch(["问题是什么"])[0].ids
@@ -82,7 +90,7 @@ def test_only_the_passage_is_cut_and_padded_options_are_copies_marked_absent(tok
     np.testing.assert_array_equal(ids[2], ids[0])  # the padded third option copies the first
     assert arrays["choice_mask"].tolist() == [[1, 1, 0]] and arrays["label"].tolist() == [1]
 
-    huge = mc.ChoiceExample("y", "文", "问" * 30, ("选" * 30,), None, 1, "y")
+    huge = ChoiceExample("y", "文", "问" * 30, ("选" * 30,), None, 1, "y")
     arrays = mc.choice_features([huge], tokenizer, num_choices=2, max_seq_length=20)
     row = arrays["input_ids"][0, 0].tolist()
     assert row[:2] == [cls, sep] and sum(arrays["attention_mask"][0, 0]) == 20
@@ -115,8 +123,10 @@ def test_hf_multiple_choice_imports_and_exports_with_the_same_logits(tmp_path, f
     checkpoint.adopt_model(config, checkpoint.load(path).config.model)
     kind = kinds.get("multiple_choice")
     model = kinds.task_model(config)
-    fresh = pretrained.init_params(model, jax.random.key(1), kind.example_inputs(config.task))
-    params, left_fresh = pretrained.merge(fresh, checkpoint.load(path).with_task_heads(), kind.head)
+    fresh = saved.init_params(model, jax.random.key(1), kind.example_inputs(config.task))
+    params, left_fresh = saved.merge(
+        fresh, checkpoint.load(path).with_task_heads(), kind.export.head
+    )
     assert left_fresh == []
     rs = np.random.RandomState(0)
     ids = rs.randint(106, 21128, (2, 3, 16)).astype(np.int32)
@@ -156,7 +166,8 @@ def test_c3_fine_tunes_end_to_end_and_predicts_the_dev_questions(tmp_path):
     predictor = TaskModel.load(str(tmp_path / "c3"))
     path = os.path.join(DATA, "c3", "c3-m-dev.json")
     kind = kinds.get(predictor.task.kind)
-    examples, _ = kind.read(path, predictor.task, require_label=False)
+    examples, _ = kind.reader.read(path, predictor.task, require_label=False)
+    examples = list(examples)
     records = predictor.predict(examples[:5])
     assert [r["id"] for r in records] == [e.guid for e in examples[:5]]
     for r, e in zip(records, examples, strict=False):

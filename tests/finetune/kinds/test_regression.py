@@ -10,12 +10,19 @@ import pytest
 from helpers import load_task
 
 from zhlm import defaults
-from zhlm.finetune import kinds, tables
+from zhlm.finetune import kinds
 from zhlm.finetune.kinds.base import Features
 from zhlm.finetune.kinds.classification import classification_features
-from zhlm.finetune.kinds.regression import NUMBERS, Regression, average_ranks, pearson
+from zhlm.finetune.metrics.correlation import average_ranks, pearson
+from zhlm.finetune.readers import tables
+from zhlm.finetune.readers.tables import NUMBERS, TableReader
 
 KIND = kinds.get("regression")
+
+
+def _read(path, task, reader=KIND.reader):
+    examples, report = reader.read(path, task)
+    return list(examples), report
 
 
 def _task(path="", **overrides):
@@ -36,7 +43,7 @@ def _write(tmp_path, text, name="sts.tsv"):
 def test_scores_are_read_as_numbers_and_the_rest_reported_with_their_line(tmp_path):
     rows = ["今天天气好\t天气不错\t4.2", "你好\t再见\t0", "甲\t乙\tfive", "丙\t丁\tnan", "a\tb\t5"]
     path = _write(tmp_path, "\n".join(rows) + "\n")
-    examples, report = KIND.read(path, _task(path))
+    examples, report = _read(path, _task(path))
     assert [(e.text_a, e.label, e.line) for e in examples] == [
         ("今天天气好", "4.2", 1),
         ("你好", "0", 2),
@@ -49,7 +56,7 @@ def test_scores_are_read_as_numbers_and_the_rest_reported_with_their_line(tmp_pa
 
 def test_one_text_scores_stream_as_they_are_read(tmp_path):
     path = _write(tmp_path, "好评\t4.5\n差评\tx\n一般\t2\n")
-    examples, report = Regression("sentence_regression", texts=1).stream(path, _task(path))
+    examples, report = TableReader(texts=1, scores=True).read(path, _task(path))
     assert [(e.text, e.label) for e in examples] == [("好评", "4.5"), ("一般", "2")]
     assert report.records == 2 and [i.line for i in report.issues] == [2]
 
@@ -61,7 +68,7 @@ def test_scores_from_json_numbers_and_a_named_column(tmp_path):
         '{"sentence1": "是", "sentence2": "否", "score": 3}\n',
         "sts.jsonl",
     )
-    examples, report = KIND.read(path, _task(path, format="jsonl", label_field="score"))
+    examples, report = _read(path, _task(path, format="jsonl", label_field="score"))
     assert [e.label for e in examples] == ["0.8", "3"] and report.ok
 
 
@@ -78,18 +85,18 @@ def test_a_label_set_keeps_its_message():
 def test_a_training_set_of_one_score_is_refused_with_why(tmp_path):
     path = _write(tmp_path, "好\t坏\t2.5\n是\t否\t2.5\n")
     task = _task(path)
-    train, _ = KIND.read(path, task)
-    KIND.resolve(task, train)
+    train, _ = _read(path, task)
+    KIND.settle(task, train)
     with pytest.raises(ValueError, match=r"every training record has score 2.5; a regression"):
-        KIND.check_split(task, train, train)
+        KIND.training_examples(task, train)
 
 
 def test_task_labels_do_not_apply(tmp_path):
     path = _write(tmp_path, "好\t坏\t2.5\n是\t否\t1\n")
     task = _task(path, labels=("0", "1"))
-    train, _ = KIND.read(path, task)
+    train, _ = _read(path, task)
     with pytest.raises(ValueError, match=r"^config.task.labels=\('0', '1'\) does not apply"):
-        KIND.resolve(task, train)
+        KIND.settle(task, train)
 
 
 # ---------------------------------------------------------------------- features and loss
@@ -145,8 +152,11 @@ def test_a_constant_prediction_correlates_zero():
 
 def test_prior_is_the_mse_of_the_training_mean_and_records_carry_the_score():
     scores = np.array([0.0, 1.0, 5.0, 2.0], np.float32)
-    assert KIND.prior({"label": scores}) == pytest.approx(np.mean((scores - scores.mean()) ** 2))
-    assert KIND.baseline({"label": scores}, None) == {"constant_mse": pytest.approx(3.5)}
+    variance = np.mean((scores - scores.mean()) ** 2)
+    assert KIND.chance({"label": scores}) == {
+        "loss": pytest.approx(variance),
+        "constant_mse": pytest.approx(3.5),
+    }
     examples = [
         tables.PairExample("a", "x", "y", None, 1),
         tables.PairExample("b", "x", "y", None, 2),
@@ -157,9 +167,9 @@ def test_prior_is_the_mse_of_the_training_mean_and_records_carry_the_score():
 
 def test_the_export_is_a_one_output_regression_head():
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(**KIND.hf_config(_task()))
+    config = transformers.BertConfig(**KIND.export.config(_task()))
     assert (config.num_labels, config.problem_type) == (1, "regression")
-    assert KIND.hf_class == "ForSequenceClassification"
+    assert KIND.export.hf_class == "ForSequenceClassification"
 
 
 def test_the_stsb_config():

@@ -1,34 +1,36 @@
 """The registry of fine-tuning task kinds, as :data:`zhlm.masking.SCHEMES` is of masking schemes.
 
-``config.task.kind`` names one entry; the kind (:class:`~zhlm.finetune.kinds.base.TaskKind`)
-reads its formats, featurizes, supplies the head, the loss and what leaves the device, decodes,
-scores, writes records and names its Hugging Face export. The fine-tuning loop, the predictor,
-the diagnostics and the converter ask this registry and never compare kind names.
+``config.task.kind`` names one entry, resolved once per run (:func:`get`); the kind
+(:class:`~zhlm.finetune.kinds.base.TaskKind`, five parts: read, features, head and loss,
+decode and score, export) is then passed as an object. The fine-tuning loop, the predictor,
+the diagnostics and the converter never compare kind names.
 
-To add a kind: a module here with a ``TaskKind`` subclass, one line in :data:`KINDS`, and a
-sample in ``tests/finetune/test_kinds.py`` (the contract test runs every registered kind).
+To add a kind: a module (or a sub-package, as ``ner``) here with a ``TaskKind`` subclass, a
+reader in ``zhlm.finetune.readers`` and a metric in ``zhlm.finetune.metrics`` if it brings a
+new format or metric, one line in :data:`KINDS`, and a sample in
+``tests/finetune/kinds/test_contract.py`` (the contract test runs every registered kind).
 """
 
 from __future__ import annotations
 
-from zhlm.convert.writer import TaskExport
 from zhlm.finetune.kinds.base import TaskKind
 from zhlm.finetune.kinds.classification import Classification
 from zhlm.finetune.kinds.mrc import Mrc
 from zhlm.finetune.kinds.multiple_choice import MultipleChoice
 from zhlm.finetune.kinds.ner import Ner
 from zhlm.finetune.kinds.regression import Regression
+from zhlm.finetune.readers.tables import TableReader
 from zhlm.models import model_config
 
 KINDS: dict[str, TaskKind] = {
     k.name: k
     for k in (
-        Classification("classification", texts=1),
-        Classification("pair", texts=2),  # the same kind reading two texts
+        Classification("classification"),
+        Classification("pair", reader=TableReader(texts=2)),  # the same kind reading two texts
         Mrc(),
         Ner(),
         MultipleChoice(),
-        Regression("regression", texts=2),  # a score per pair (STS-B)
+        Regression("regression"),  # a score per pair (STS-B)
     )
 }
 
@@ -44,25 +46,22 @@ def task_model(config):
     return get(config.task.kind).model(model_config(config.model), config.task)
 
 
-def hf_export(config) -> TaskExport:
-    """What ``zhlm.convert.to_hf`` needs to export a fine-tuned model of ``config``."""
-    kind = get(config.task.kind)
-    return TaskExport(kind.hf_class, kind.head, kind.hf_config(config.task))
-
-
 def for_hf(hf_config: dict, name: str = "") -> TaskKind:
-    """The kind of a Hugging Face task folder, from its ``config.json``: the first registered
-    kind whose ``hf_class`` ends the architecture and that ``takes_hf`` the config; ``name``
-    picks one of the others of that class (``pair`` for a sentence-pair classifier)."""
+    """The kind of a Hugging Face task folder, from its ``config.json``: the kind a zhlm export
+    names (``zhlm_task``), else the first registered kind whose class ends the architecture
+    and that takes the config; ``name`` picks one of the others of that class (``pair`` for a
+    sentence-pair classifier)."""
     (architecture,) = hf_config.get("architectures") or [""]
-    fits = [k for k in KINDS.values() if architecture.endswith(k.hf_class)]
+    fits = [k for k in KINDS.values() if architecture.endswith(k.export.hf_class)]
+    exported = (hf_config.get("zhlm_task") or {}).get("kind", "")
+    name = name or (exported if exported in KINDS else "")
     if name:
         if get(name) not in fits:
             raise ValueError(f"kind {name!r} cannot read a {architecture or 'model'} folder")
         return get(name)
-    fits = [k for k in fits if k.takes_hf(hf_config)]
+    fits = [k for k in fits if k.export.takes(hf_config)]
     if not fits:
-        classes = sorted({k.hf_class for k in KINDS.values()})
+        classes = sorted({k.export.hf_class for k in KINDS.values()})
         raise ValueError(
             f"a {architecture or 'model without architectures'} folder is no task model zhlm "
             f"predicts with (its classes: *{', *'.join(classes)}); fine-tune it with "

@@ -1,20 +1,25 @@
-"""The interface every task kind implements, with the defaults most kinds keep.
+"""The interface every task kind implements: five parts, in the order a run meets them.
 
-A kind is a frozen dataclass (hashable, so it can be a static argument or a module field): its
-fields are the facts a caller reads (``formats``, ``metric``, ``head``, ``hf_class``), its
-methods the steps of the fine-tuning path, in order:
+1. **read** (``kind.reader``, a :class:`~zhlm.finetune.readers.base.Reader`): files of its
+   formats and in-memory records become examples; then :meth:`TaskKind.settle` writes into
+   ``config.task`` what the training file decides (its labels), :meth:`TaskKind.holdout`
+   says what a holdout split keeps together and in proportion, and
+   :meth:`TaskKind.training_examples` picks (and checks) what the loss learns from.
+2. **features**: :meth:`TaskKind.featurize` makes fixed-shape arrays (and what decoding
+   needs); :meth:`TaskKind.example_inputs` the shapes the model is initialised with.
+3. **head and loss**, on the device: :meth:`TaskKind.model`, :meth:`TaskKind.loss` (per row:
+   a sum and a count) and :meth:`TaskKind.device_outputs` (what leaves the device).
+4. **decode and score**, on the host: :meth:`TaskKind.decode` (predictions in input order),
+   :meth:`TaskKind.score` (the metric, from ``zhlm.finetune.metrics``), :meth:`TaskKind.chance`
+   (what a model that ignores its input reaches), :meth:`TaskKind.records` (what
+   ``zhlm-predict`` writes) and :meth:`TaskKind.write_dev` (the best run's dev predictions).
+5. **export** (``kind.export``, an :class:`Export`): the Hugging Face class and head, and what
+   its ``config.json`` carries so the folder reads back as this kind.
 
-read -> resolve (what the training file settles) -> featurize -> model / loss on device ->
-device_outputs -> decode (predictions in input order) -> score / records / write_dev.
-
-Nothing outside ``zhlm.finetune.kinds`` compares a kind by name: training, evaluation,
-``zhlm-predict``, ``zhlm.Predictor``, the diagnostics and the Hugging Face export ask the kind.
-
-An example is a frozen dataclass whose first field is its id and whose fields without a default
-are its inputs (a text, a pair, a question and its context); the gold fields (label, answers,
-tags) and ``line`` have defaults. So one rule builds examples from in-memory records
-(:meth:`TaskKind.examples_from`) and puts each example's inputs into its prediction record
-(:func:`input_fields`), whatever the kind.
+A kind is a frozen dataclass (hashable, so it can be a static argument or a module field). The
+registry (``zhlm.finetune.kinds``) resolves ``config.task.kind`` once per run; the loop, the
+predictor, the diagnostics and the converter then hold the kind object and never compare kind
+names.
 """
 
 from __future__ import annotations
@@ -23,9 +28,18 @@ import abc
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from zhlm.finetune.readers.base import Reader
 from zhlm.models import dummy_inputs
+
+TASK_KEY = "zhlm_task"  # the config.json entry of an export that says how it was fine-tuned
+# The task keys an export carries, so a Hugging Face folder predicts as the run did.
+EXPORTED_TASK_KEYS = (
+    "name", "kind", "format", "text_fields", "labels", "max_seq_length", "doc_stride",
+    "max_query_length", "num_choices", "n_best_size", "max_answer_length", "lower_case",
+)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -38,95 +52,78 @@ class Features:
 
 
 @dataclasses.dataclass(frozen=True)
+class Export:
+    """How a kind's model travels as a Hugging Face folder: ``hf_class`` (the architecture's
+    suffix, e.g. ``ForSequenceClassification``), ``head`` (the head's parameter name, the same
+    as Hugging Face's module name) and what the head's outputs are: ``labels`` (``id2label``),
+    ``score`` (one regression output) or ``none`` (answer spans, option scores)."""
+
+    hf_class: str
+    head: str
+    outputs: str = "none"
+
+    def takes(self, hf_config: dict) -> bool:
+        """Whether a folder of ``hf_class`` (its ``config.json``) holds this kind's model
+        (several kinds share a class: a regression has one output)."""
+        regression = hf_config.get("problem_type") == "regression"
+        if self.outputs == "score":
+            return regression or hf_config.get("num_labels") == 1
+        if self.outputs == "labels":
+            return not regression and len(labels_from_hf(hf_config)) > 1
+        return True
+
+    def task_from(self, task, hf_config: dict) -> None:
+        """Writes into ``task`` what the folder's ``config.json`` settles: the task keys a zhlm
+        export carries (:data:`TASK_KEY`), and the labels of ``id2label``."""
+        for key, value in (hf_config.get(TASK_KEY) or {}).items():
+            if key in EXPORTED_TASK_KEYS and key != "kind":
+                task[key] = tuple(value) if isinstance(task[key], tuple) else value
+        if self.outputs == "labels":
+            task.labels = labels_from_hf(hf_config)
+
+    def config(self, task) -> dict:
+        """The export's extra ``config.json`` entries."""
+        entries = {TASK_KEY: {key: _plain(task[key]) for key in EXPORTED_TASK_KEYS}}
+        if self.outputs == "labels":
+            entries.update(label_config(task.labels))
+        elif self.outputs == "score":
+            entries.update(num_labels=1, problem_type="regression")
+        return entries
+
+
+@dataclasses.dataclass(frozen=True)
 class TaskKind(abc.ABC):
     name: str  # config.task.kind
-    formats: tuple[str, ...]  # config.task.format values it reads
     metric: str  # the primary dev metric, higher is better (results.json "metric")
-    head: str  # the head's parameter name, the same as Hugging Face's module name
-    hf_class: str  # Hugging Face architecture suffix, e.g. "ForSequenceClassification"
+    reader: Reader
+    export: Export
 
-    # ---------------------------------------------------------------------------- reading
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The ``config.task.format`` values it reads."""
+        return self.reader.formats
 
-    @abc.abstractmethod
-    def read(self, path, task, require_label: bool = True):
-        """``(examples, report)`` of one file in ``task.format``."""
+    # ------------------------------------------------------------------- 1. the training set
 
-    def stream(self, path, task, require_label: bool = True):
-        """``(examples as they are read, report complete once they are)``; kinds whose
-        formats can be read a record at a time override it, the rest read the file whole."""
-        examples, report = self.read(path, task, require_label)
-        return iter(examples), report
-
-    def example_type(self, task) -> type | None:
-        """The dataclass of this kind's examples (see the module docstring), which
-        :meth:`examples_from` builds; None: the kind takes no in-memory inputs."""
-        return None
-
-    def examples_from(self, records, task) -> list:
-        """Examples of in-memory inputs (``zhlm.Predictor``): each record a dict holding the
-        example class's inputs (:func:`required_fields`) and optionally an ``id`` (default: its
-        position in ``records``, from 0); other keys (a label) are not read, the gold fields
-        take their defaults. Kinds whose examples need more than their inputs (NER's tags)
-        override it and call this."""
-        cls = self.example_type(task)
-        if cls is None:
-            raise ValueError(f"kind {self.name} takes no in-memory inputs: predict from a file")
-        id_field, *inputs = required_fields(cls)
-        examples, ids = [], set()
-        for index, record in enumerate(records):
-            where = f"input {index}"
-            if not isinstance(record, dict) or any(name not in record for name in inputs):
-                got = (
-                    f"has fields {sorted(record)}"
-                    if isinstance(record, dict)
-                    else f"is a {type(record).__name__}"
-                )
-                raise ValueError(f"{where} {got}; kind {self.name} reads {_spell(inputs)}")
-            for name in inputs:
-                value = record[name]
-                if _declared_str(cls, name) and not (isinstance(value, str) and value.strip()):
-                    raise ValueError(f"{where}: {name} is {value!r}; give a non-empty string")
-            key = str(record.get("id", index))
-            if key in ids:
-                raise ValueError(f"{where}: id {key!r} given twice; give each input its own")
-            ids.add(key)
-            values = {name: record[name] for name in inputs}
-            examples.append(cls(**{id_field: key}, **values, **_line(cls, index + 1)))
-        return examples
-
-    def describe_formats(self) -> str:
-        """The formats it reads, for an error about a file none of them could read."""
-        return "format " + " or ".join(self.formats)
-
-    def unreadable(self, path, task) -> str | None:
-        """Where no record of a file could be read: what it looks like (else None)."""
-        return None
-
-    def resolve(self, task, train) -> None:
-        """Settles what the training file decides (labels), writes it into ``task``."""
+    def settle(self, task, train) -> None:
+        """Writes into ``task`` what the training file decides (labels) and prints it; fails
+        saying why when the file cannot train this kind."""
         return None  # a kind whose training file settles nothing
 
-    def check_split(self, task, train, evaluation) -> None:
-        """Fails, saying why, when the training examples (after a holdout split) cannot
-        train this kind."""
-        return None  # any non-empty split trains a kind without classes
+    def holdout(self, example) -> tuple:
+        """``(group, stratum)`` of a holdout split: examples sharing a group stay on one side
+        (None: each record alone), and each stratum (a label; None: none) keeps its share."""
+        return None, None
 
-    def group(self, example):
-        """The holdout unit: examples sharing a key stay on one side (None: the record)."""
-        return None
+    def training_examples(self, task, train) -> list:
+        """The training examples (after any holdout split) the loss learns from; fails saying
+        why when they cannot train this kind."""
+        return train
 
-    def stratum(self, example):
-        """What a holdout split keeps in proportion on both sides (a label; None: nothing)."""
-        return None
-
-    def for_training(self, examples):
-        """The examples a loss can learn from."""
-        return examples
-
-    # ----------------------------------------------------------------------------- device
+    # ---------------------------------------------------------------------------- 2. features
 
     @abc.abstractmethod
-    def featurize(self, examples, tokenizer, task, training: bool):
+    def featurize(self, examples, tokenizer, task, training: bool) -> Features:
         """Fixed-shape arrays (and what decode needs); ``training`` False tolerates unknown
         labels (evaluation and prediction)."""
 
@@ -135,9 +132,11 @@ class TaskKind(abc.ABC):
         initialised with."""
         return jax.eval_shape(lambda: dummy_inputs(task.max_seq_length))
 
+    # ----------------------------------------------------------------------- 3. head and loss
+
     @abc.abstractmethod
     def model(self, cfg, task):
-        """The task model: a ``zhlm.models.Model`` subclass whose head is ``self.head``."""
+        """The task model: a ``zhlm.models.Model`` subclass whose head is ``export.head``."""
 
     @abc.abstractmethod
     def loss(self, outputs: dict, batch: dict):
@@ -147,7 +146,7 @@ class TaskKind(abc.ABC):
         """What leaves the device after a forward pass."""
         return outputs
 
-    # ---------------------------------------------------------------------------- results
+    # ---------------------------------------------------------------------- 4. decode, score
 
     @abc.abstractmethod
     def decode(self, features, outputs: dict, examples, task):
@@ -157,13 +156,10 @@ class TaskKind(abc.ABC):
     def score(self, features, examples, predictions) -> dict[str, float]:
         """Dev metrics (percent), ``self.metric`` among them."""
 
-    def prior(self, arrays: dict) -> float | None:
-        """The training loss of a model that ignores its input (the labels' frequencies, a
-        regression's mean score): a run stuck there learned nothing (None: no such prior)."""
-        return None
-
-    def baseline(self, arrays: dict, task) -> dict:
-        """Extra results.json entries about the evaluation set."""
+    def chance(self, arrays: dict) -> dict:
+        """What a model that ignores its input reaches on the featurized ``arrays``:
+        ``loss`` (the training loss it stays at; absent: no such prior) and the results.json
+        entries that say so of an evaluation set (a majority rate, a chance rate)."""
         return {}
 
     @abc.abstractmethod
@@ -174,47 +170,13 @@ class TaskKind(abc.ABC):
         """Writes the best run's dev predictions under ``root``; returns results.json entries."""
         return {}
 
-    def takes_hf(self, hf_config: dict) -> bool:
-        """Whether a Hugging Face task folder of ``self.hf_class`` (its ``config.json``) is
-        this kind's (several kinds share a class: a regression has one output)."""
-        return True
 
-    def task_from_hf(self, task, hf_config: dict) -> None:
-        """Writes into ``task`` what a Hugging Face folder's ``config.json`` settles (the
-        labels of ``id2label``)."""
-        return None
-
-    def hf_config(self, task) -> dict:
-        """Extra ``config.json`` entries of the Hugging Face export."""
-        return {}
-
-
-def required_fields(cls) -> tuple[str, ...]:
-    """The fields of example class ``cls`` without a default: its id, then its inputs."""
-    return tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
-
-
-def input_fields(example) -> dict:
-    """``{name: value}`` of an example's inputs (see the module docstring), which every
-    prediction record repeats so that it can be read without its input."""
-    return {name: getattr(example, name) for name in required_fields(type(example))[1:]}
-
-
-def _declared_str(cls, name: str) -> bool:
-    (field,) = [f for f in dataclasses.fields(cls) if f.name == name]
-    return field.type in (str, "str")
-
-
-def _line(cls, line: int) -> dict:
-    return {"line": line} if "line" in {f.name for f in dataclasses.fields(cls)} else {}
-
-
-def _spell(names) -> str:
-    return "{" + ", ".join(f'"{name}": ...' for name in names) + "}"
+def cross_entropy(logits, labels):
+    """Softmax cross-entropy of ``logits`` [..., C] at integer ``labels`` [...] (as optax's
+    ``softmax_cross_entropy_with_integer_labels`` computes it: the label's logit subtracted
+    from the log-normaliser), here so that predicting needs no optimizer library."""
+    label_logits = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    return jax.nn.logsumexp(logits, axis=-1) - label_logits
 
 
 def labels_from_hf(hf_config: dict) -> tuple[str, ...]:
@@ -231,6 +193,10 @@ def label_config(labels) -> dict:
         "id2label": dict(enumerate(labels)),
         "label2id": {label: i for i, label in enumerate(labels)},
     }
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def entropy(labels: np.ndarray) -> float:

@@ -23,12 +23,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from zhlm.convert import layout
-from zhlm.finetune import sniff, tables
-from zhlm.finetune.encoding import special_ids, truncate_pair
-from zhlm.finetune.kinds.base import Features, TaskKind, entropy, label_config, labels_from_hf
+from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy, entropy
+from zhlm.finetune.kinds.windows import special_ids, truncate_pair
+from zhlm.finetune.metrics.classes import class_scores
+from zhlm.finetune.readers import sniff
+from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.tables import TableReader
 from zhlm.models import Model
 from zhlm.models.layers import dense
 
@@ -56,31 +58,17 @@ class LabelledFeatures(Features):
 
 @dataclasses.dataclass(frozen=True)
 class Classification(TaskKind):
-    texts: int = 1  # texts per example: 1 sentence, 2 a pair
-    formats: tuple[str, ...] = tables.FORMATS
     metric: str = "accuracy"
-    head: str = layout.CLASSIFIER
-    hf_class: str = "ForSequenceClassification"
+    reader: Reader = TableReader(texts=1)
+    export: Export = Export("ForSequenceClassification", layout.CLASSIFIER, "labels")
 
-    def read(self, path, task, require_label=True):
-        return tables.read_table(path, task.format, self.texts, *_fields(task, require_label))
-
-    def stream(self, path, task, require_label=True):
-        return tables.iter_table(path, task.format, self.texts, *_fields(task, require_label))
-
-    def example_type(self, task):
-        return tables.PairExample if self.texts == 2 else tables.SentenceExample
-
-    def unreadable(self, path, task):
-        return sniff.describe(path, self.texts)
-
-    def resolve(self, task, train):
+    def settle(self, task, train):
         counts = collections.Counter(e.label for e in train)
         given = bool(task.labels)
         if not given:
             found = sorted(counts, key=_label_order)
             if len(train) >= 10 and len(found) > len(train) / 2:
-                looks = sniff.describe(task.train_file, self.texts)
+                looks = sniff.describe(task.train_file, self.reader.texts)
                 raise ValueError(
                     f"{task.train_file}: {len(found)} distinct labels in {len(train)} records: "
                     "is the label column where it was looked for? (config.task.labels takes "
@@ -93,10 +81,10 @@ class Classification(TaskKind):
         if not given:
             _warn_rare(task.train_file, train, counts)
 
-    def stratum(self, example):
-        return example.label
+    def holdout(self, example):
+        return None, example.label
 
-    def check_split(self, task, train, evaluation):
+    def training_examples(self, task, train):
         present = collections.Counter(e.label for e in train)
         if len(present) < 2:
             (label,) = present or [None]
@@ -104,6 +92,7 @@ class Classification(TaskKind):
                 f"{task.train_file}: every training record has label {label!r}; a classifier "
                 "needs two classes or more: check the label column (config.task.label_field)"
             )
+        return train
 
     def featurize(self, examples, tokenizer, task, training):
         args = (tokenizer, task.labels, task.max_seq_length, training)
@@ -114,36 +103,20 @@ class Classification(TaskKind):
         return SequenceClassifier(cfg, len(task.labels))
 
     def loss(self, outputs, batch):
-        ce = optax.softmax_cross_entropy_with_integer_labels(outputs["logits"], batch["label"])
+        ce = cross_entropy(outputs["logits"], batch["label"])
         return ce, jnp.ones_like(ce)
 
     def decode(self, features, outputs, examples, task):
         return outputs["logits"]
 
     def score(self, features, examples, predictions):
-        """Accuracy, macro-F1 and each class's precision, recall and F1 (``f1/<label>``...),
-        in percent; a class never predicted nor present counts 0 in the macro mean."""
-        gold, guess = features.arrays["label"], np.argmax(predictions, -1)
-        scores = {"accuracy": 100 * float(np.mean(guess == gold)) if len(gold) else 0.0}
-        f1s = []
-        for i in range(predictions.shape[-1]):
-            hit = float(np.sum((guess == i) & (gold == i)))
-            precision = hit / max(float(np.sum(guess == i)), 1.0)
-            recall = hit / max(float(np.sum(gold == i)), 1.0)
-            f1 = 2 * precision * recall / (precision + recall) if hit else 0.0
-            f1s.append(f1)
-            name = features.labels[i]
-            scores.update({f"precision/{name}": 100 * precision, f"recall/{name}": 100 * recall})
-            scores[f"f1/{name}"] = 100 * f1
-        scores["macro_f1"] = 100 * float(np.mean(f1s))
-        return scores
+        guess = np.argmax(predictions, -1)
+        return class_scores(features.arrays["label"], guess, features.labels)
 
-    def prior(self, arrays):
-        return entropy(arrays["label"])
-
-    def baseline(self, arrays, task):
-        counts = np.bincount(arrays["label"], minlength=len(task.labels))
-        return {"majority_rate": 100 * float(counts.max() / counts.sum())}
+    def chance(self, arrays):
+        counts = np.bincount(arrays["label"][arrays["label"] >= 0])
+        rate = 100 * float(counts.max() / counts.sum()) if counts.sum() else 0.0
+        return {"loss": entropy(arrays["label"]), "majority_rate": rate}
 
     def records(self, examples, predictions, task):
         probs = np.asarray(jax.nn.softmax(predictions, -1))
@@ -155,15 +128,6 @@ class Classification(TaskKind):
             )
             for e, p in zip(examples, probs, strict=True)
         ]
-
-    def takes_hf(self, hf_config):
-        return hf_config.get("problem_type") != "regression" and len(labels_from_hf(hf_config)) > 1
-
-    def task_from_hf(self, task, hf_config):
-        task.labels = labels_from_hf(hf_config)
-
-    def hf_config(self, task):
-        return label_config(task.labels)
 
 
 def _label_order(label: str):
@@ -203,13 +167,6 @@ def classification_features(
         raise ValueError(f"{e.guid}: label {e.label!r} not in {list(labels)}")
     label = np.array(label, np.int32)
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask, label=label)
-
-
-def _fields(task, require_label):
-    """``iter_table``'s arguments after ``texts``: the fields, the labels (empty: any; inputs
-    to predict are not checked: their labels, if any, are not read)."""
-    labels = list(task.labels) or None if require_label else None
-    return task.text_fields, task.label_field, labels, require_label
 
 
 def _warn_rare(path, train, counts):

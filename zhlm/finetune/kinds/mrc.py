@@ -7,7 +7,7 @@ apart. A window that holds the whole answer is labelled with its token span; the
 span is cut straight out of the original text, whatever the tokenizer normalised. Of the windows
 that share a token, the one giving it the most context on both sides is the only one whose spans
 may start there (BERT's "max context"). Scored with the official CMRC 2018 metric
-(:mod:`zhlm.finetune.cmrc_metric`).
+(:mod:`zhlm.finetune.metrics.cmrc2018`).
 
 The model is ``BertForQuestionAnswering``'s (a Dense(2) on every token, no dropout) and the loss
 the mean of the start and end cross-entropies over the real tokens. Training keeps only the
@@ -21,12 +21,14 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from zhlm import paths
 from zhlm.convert import layout
-from zhlm.finetune import cmrc_metric, squad
-from zhlm.finetune.encoding import doc_windows, max_context_window, special_ids
-from zhlm.finetune.kinds.base import TaskKind
+from zhlm.finetune.kinds.base import Export, TaskKind, cross_entropy
+from zhlm.finetune.kinds.windows import doc_windows, max_context_window, special_ids
+from zhlm.finetune.metrics import cmrc2018
+from zhlm.finetune.readers import squad
+from zhlm.finetune.readers.base import Reader
 from zhlm.models import Model
 from zhlm.models.layers import dense
 from zhlm.run_files import EVAL_SET, PREDICTIONS
@@ -206,10 +208,10 @@ def predict_answers(*args) -> dict[str, str]:
     return {qid: text for qid, (text, _) in best_answers(*args).items()}
 
 
-def mrc_score(examples: Sequence[squad.MrcExample], predictions: dict) -> cmrc_metric.CmrcScore:
+def mrc_score(examples: Sequence[squad.MrcExample], predictions: dict) -> cmrc2018.CmrcScore:
     """The official CMRC 2018 F1/EM of ``predictions`` against every answer of ``examples``."""
     references = [(e.qid, [a.text for a in e.answers]) for e in examples]
-    return cmrc_metric.evaluate(references, predictions)
+    return cmrc2018.evaluate(references, predictions)
 
 
 # -------------------------------------------------------------------------------- the kind
@@ -232,25 +234,30 @@ class SpanExtractor(Model):
 @dataclasses.dataclass(frozen=True)
 class Mrc(TaskKind):
     name: str = "mrc"
-    formats: tuple[str, ...] = ("squad",)
     metric: str = "f1"
-    head: str = layout.QA_OUTPUTS
-    hf_class: str = "ForQuestionAnswering"
+    reader: Reader = squad.SquadReader()
+    export: Export = Export("ForQuestionAnswering", layout.QA_OUTPUTS)
 
-    def read(self, path, task, require_label=True):
-        return squad.read_squad(path, require_answers=require_label)
+    def holdout(self, example):
+        return _passage(example), None
 
-    def describe_formats(self):
-        return "format squad (SQuAD v1 JSON: data, paragraphs, qas)"
-
-    def example_type(self, task):
-        return squad.MrcExample
-
-    def group(self, example):
-        return _passage(example)
-
-    def for_training(self, examples):
-        return [e for e in examples if e.located_answers]  # nothing to learn from the others
+    def training_examples(self, task, train):
+        """The questions whose answer was located in their context: the others have no span to
+        learn (they still count in the dev score, against their answer texts)."""
+        located = [e for e in train if e.located_answers]
+        if len(located) < len(train):
+            print(
+                f"zhlm-finetune: {len(train) - len(located)} of {len(train)} training questions "
+                "left out of training: none of their answers is in their context "
+                "(answer_not_found above); dev questions like them still count in the score",
+                flush=True,
+            )
+        if not located:
+            raise ValueError(
+                f"{task.train_file}: no training question has an answer located in its context: "
+                "check answer_start and the answer texts"
+            )
+        return located
 
     def featurize(self, examples, tokenizer, task, training):
         args = (tokenizer, task.max_seq_length, task.doc_stride, task.max_query_length)
@@ -263,12 +270,12 @@ class Mrc(TaskKind):
         """Mean of the start and end cross-entropies over the real tokens of each window."""
         real = batch["attention_mask"] > 0
 
-        def cross_entropy(logits, target):
+        def over_real_tokens(logits, target):
             logits = jnp.where(real, logits, -1e9)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, target)
+            return cross_entropy(logits, target)
 
-        start = cross_entropy(outputs["start_logits"], batch["start_position"])
-        loss = (start + cross_entropy(outputs["end_logits"], batch["end_position"])) / 2
+        start = over_real_tokens(outputs["start_logits"], batch["start_position"])
+        loss = (start + over_real_tokens(outputs["end_logits"], batch["end_position"])) / 2
         return loss, jnp.ones_like(loss)
 
     def decode(self, features, outputs, examples, task):
@@ -289,11 +296,9 @@ class Mrc(TaskKind):
         ]
 
     def write_dev(self, root, examples, predictions):
-        from zhlm.finetune.tasks import write_json  # here: tasks imports the registry
-
         written = {"predictions": str(root / PREDICTIONS), "eval_set": str(root / EVAL_SET)}
-        write_json(written["predictions"], _texts(predictions))
-        write_json(written["eval_set"], squad_json(examples))
+        paths.write_json(written["predictions"], _texts(predictions))
+        paths.write_json(written["eval_set"], squad_json(examples))
         return written
 
 

@@ -27,43 +27,25 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from zhlm.finetune import tables
-from zhlm.finetune.kinds.base import Features
+from zhlm.convert import layout
+from zhlm.finetune.kinds.base import Export, Features
 from zhlm.finetune.kinds.classification import (
     Classification,
     SequenceClassifier,
     classification_features,
 )
-
-
-class Numbers:
-    """The labels a regression reads: every finite number written as text (``"3.8"``, ``"4"``),
-    as a label set the table reader asks with ``in``."""
-
-    def __contains__(self, label) -> bool:
-        try:
-            return math.isfinite(float(label))
-        except (TypeError, ValueError):
-            return False
-
-    def __str__(self) -> str:
-        return "the finite numbers"
-
-
-NUMBERS = Numbers()
+from zhlm.finetune.metrics.correlation import pearson, spearman
+from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.tables import NUMBERS, TableReader
 
 
 @dataclasses.dataclass(frozen=True)
 class Regression(Classification):
     metric: str = "spearman"
+    reader: Reader = TableReader(texts=2, scores=True)
+    export: Export = Export("ForSequenceClassification", layout.CLASSIFIER, "score")
 
-    def read(self, path, task, require_label=True):
-        return tables.read_table(path, task.format, self.texts, *_fields(task, require_label))
-
-    def stream(self, path, task, require_label=True):
-        return tables.iter_table(path, task.format, self.texts, *_fields(task, require_label))
-
-    def resolve(self, task, train):
+    def settle(self, task, train):
         if task.labels:
             raise ValueError(
                 f"config.task.labels={tuple(task.labels)} does not apply to kind {self.name} "
@@ -79,10 +61,10 @@ class Regression(Classification):
             flush=True,
         )
 
-    def stratum(self, example):
-        return None  # a score is not a class: the holdout draws from all records alike
+    def holdout(self, example):
+        return None, None  # a score is not a class: the holdout draws from all records alike
 
-    def check_split(self, task, train, evaluation):
+    def training_examples(self, task, train):
         present = {float(e.label) for e in train}
         if len(present) < 2:
             (score,) = present or [None]
@@ -90,6 +72,7 @@ class Regression(Classification):
                 f"{task.train_file}: every training record has score {score}; a regression "
                 "needs scores that differ: check the score column (config.task.label_field)"
             )
+        return train
 
     def featurize(self, examples, tokenizer, task, training):
         # The distinct score texts serve as classification's label set, so its layout is
@@ -118,61 +101,22 @@ class Regression(Classification):
         gold = features.arrays["label"].astype(np.float64)
         guess = np.asarray(predictions, np.float64)
         return {
-            "spearman": 100 * pearson(average_ranks(gold), average_ranks(guess)),
+            "spearman": 100 * spearman(gold, guess),
             "pearson": 100 * pearson(gold, guess),
             "mse": float(np.mean(np.square(guess - gold))) if len(gold) else 0.0,
         }
 
-    def prior(self, arrays):
-        """The mean squared error of predicting the training scores' mean (their variance):
-        the loss a model that ignores its input reaches."""
-        return float(np.var(arrays["label"].astype(np.float64)))
-
-    def baseline(self, arrays, task):
-        """``constant_mse``: the evaluation scores' variance, the least mean squared error a
-        constant prediction reaches there (a dev ``mse`` not below it learned nothing)."""
-        return {"constant_mse": float(np.var(arrays["label"].astype(np.float64)))}
+    def chance(self, arrays):
+        """The mean squared error of predicting the scores' mean (their variance): the training
+        loss a model that ignores its input reaches, and on an evaluation set
+        ``constant_mse``, the least a constant prediction reaches there (a dev ``mse`` not
+        below it learned nothing)."""
+        variance = float(np.var(arrays["label"].astype(np.float64)))
+        return {"loss": variance, "constant_mse": variance}
 
     def records(self, examples, predictions, task):
         return [dict(id=e.guid, score=float(p)) for e, p in zip(examples, predictions, strict=True)]
 
-    def takes_hf(self, hf_config):
-        return hf_config.get("problem_type") == "regression" or hf_config.get("num_labels") == 1
-
-    def task_from_hf(self, task, hf_config):
-        return None  # no labels: a score
-
-    def hf_config(self, task):
-        return {"num_labels": 1, "problem_type": "regression"}
-
-
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson's correlation of ``x`` and ``y``; 0 where either is constant (or has under two
-    values), so a model predicting one number scores as one unrelated to the gold."""
-    if len(x) < 2:
-        return 0.0
-    x, y = x - np.mean(x), y - np.mean(y)
-    norm = math.sqrt(float(np.sum(x * x)) * float(np.sum(y * y)))
-    return float(np.sum(x * y)) / norm if norm > 0 else 0.0
-
-
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``x``, tied values sharing the mean of their ranks (Spearman's
-    correlation is Pearson's of these)."""
-    order = np.argsort(x, kind="stable")
-    ordered = x[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])[: len(x)]
-    sizes = np.diff(np.r_[starts, len(x)])
-    mean_rank = starts + (sizes + 1) / 2  # ranks starts+1 .. starts+sizes
-    ranks = np.empty(len(x))
-    ranks[order] = np.repeat(mean_rank, sizes)
-    return ranks
-
 
 def _number(text: str) -> float:
     return float(text) if text in NUMBERS else math.nan
-
-
-def _fields(task, require_label):
-    """``iter_table``'s arguments after ``texts``: the fields, and every number as labels."""
-    return task.text_fields, task.label_field, NUMBERS, require_label

@@ -16,8 +16,8 @@ entity with a space inside can still be matched exactly.
 Windows: a sentence whose tokens do not fit in ``max_seq_length - 2`` is cut into windows that
 start ``stride`` tokens apart, the last ending at the last token, so together they cover every
 token. Of the windows holding a word's first piece, the one giving it the most context on both
-sides (BERT's max-context rule, as MRC: :func:`zhlm.finetune.encoding.max_context_window`) gives
-its prediction; the others still train on it.
+sides (BERT's max-context rule, as MRC: :func:`zhlm.finetune.kinds.windows.max_context_window`)
+gives its prediction; the others still train on it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from zhlm.finetune import ner_metric
-from zhlm.finetune.encoding import doc_windows, max_context_window, special_ids
-from zhlm.finetune.ner_files import NerExample
+from zhlm.finetune.kinds.windows import doc_windows, max_context_window, special_ids
+from zhlm.finetune.metrics import conlleval
+from zhlm.finetune.readers.ner import NerExample
 
 log = logging.getLogger(__name__)
 IGNORE = -1  # the label of positions without one: [CLS], [SEP], padding, non-first pieces
@@ -112,7 +112,7 @@ def ner_features(
 
 def _label_index(labels: Sequence[str]) -> dict[str, int]:
     for tag in labels:
-        if tag != "O" and ner_metric.parse_tag(tag)[0] not in "BI":
+        if tag != "O" and conlleval.parse_tag(tag)[0] not in "BI":
             raise ValueError(f"label {tag!r}: labels are BIO tags (O, B-X, I-X)")
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels {list(labels)} repeat a tag")

@@ -1,8 +1,9 @@
-"""Each file format of :mod:`zhlm.finetune.tables` as rows: ``SOURCES[fmt](path, report, names)``.
+"""Each file format of :mod:`zhlm.finetune.readers.tables` as rows:
+``SOURCES[fmt](path, report, names)``.
 
 Why apart from the layout: a format only turns bytes into records (the kept parsers: ``csv``,
 ``json``, ``pyarrow``, ``datasets``) and reports what it cannot read; which fields hold the
-texts and the label is decided once, for every format, in :mod:`zhlm.finetune.tables`. The
+texts and the label is decided once, for every format, in :mod:`zhlm.finetune.readers.tables`. The
 header names live here because a TSV/CSV source must tell a header row from a record.
 
 Rows are read as they are asked for, so a file of any size is read in bounded memory: TSV/CSV
@@ -20,7 +21,13 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from zhlm.finetune.report import MALFORMED_LINE, PositionDecoder, json_error, lines, read_utf8
+from zhlm.finetune.readers.report import (
+    MALFORMED_LINE,
+    PositionDecoder,
+    json_error,
+    lines,
+    read_utf8,
+)
 
 PLAIN = "text"  # plain text, one input a line: a pair's two texts split by a tab
 DELIMITERS = {"tsv": "\t", "csv": ",", PLAIN: "\t"}
@@ -31,6 +38,21 @@ TEXT_B_NAMES = ("text_b", "sentence2", "s2", "hypo", "hypothesis", "question2", 
 LABEL_NAMES = ("label", "gold_label", "labels", "class", "sentiment")
 KNOWN_NAMES = frozenset(TEXT_NAMES + TEXT_B_NAMES + LABEL_NAMES)
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a bad byte
+
+
+def first_column(columns: Sequence[str], names: Sequence[str]) -> str | None:
+    """The first of ``names`` (case-insensitive) among ``columns``, as the column spells it."""
+    lowered = {str(c).strip().lower(): c for c in reversed(columns)}
+    return next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
+
+
+def default_texts(columns, label, n_texts) -> tuple[str, ...]:
+    """The usual text names; failing those, the columns other than the label and ``id``."""
+    found = (first_column(columns, TEXT_NAMES), first_column(columns, TEXT_B_NAMES))[:n_texts]
+    if all(found) and len(set(found)) == n_texts:
+        return tuple(found)
+    others = [c for c in columns if c != label and str(c).lower() not in ("id", "idx", "qid")]
+    return tuple(others) if len(others) == n_texts else ()
 
 
 # Each returns (column names, or None for a headerless TSV/CSV, and an iterator of

@@ -16,7 +16,7 @@ import io
 import json
 import os
 
-from zhlm.finetune import table_rows, tables
+from zhlm.finetune.readers.rows import LABEL_NAMES, default_texts, first_column, is_header
 
 SAMPLE_BYTES = 1 << 16
 SAMPLE_ROWS = 200
@@ -89,7 +89,7 @@ def _delimited(head: str, texts: int) -> str:
         )
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     rows = [r for r in csv.reader(io.StringIO(sample), delimiter=delimiter, quoting=quoting) if r]
-    header = rows[0] if rows and table_rows.is_header(rows[0]) else None
+    header = rows[0] if rows and is_header(rows[0]) else None
     data = rows[1:] if header else rows
     width = collections.Counter(len(r) for r in data).most_common(1)[0][0] if data else 0
     what = f"{_DELIMITER_NAMES[delimiter]}-delimited, {width} columns, "
@@ -134,11 +134,11 @@ def _parquet(path) -> str:
 def _fields(fmt: str, keys: list, rows: list[dict], n_texts: int) -> str:
     """Where the label seems to be, and the flags that would read the file so."""
     named = [k for k in keys if isinstance(k, str)]
-    label = tables.first_column(named, table_rows.LABEL_NAMES) or label_column(keys, rows)
+    label = first_column(named, LABEL_NAMES) or label_column(keys, rows)
     if label is None:
         return f"; no column looks like labels: try --config.task.format={fmt} and name them"
     values = sorted({str(r[label]) for r in rows if label in r})
-    texts = tables.default_texts(named, label, n_texts) if named else ()
+    texts = default_texts(named, label, n_texts) if named else ()
     texts = texts or [k for k in keys if k != label and str(k).lower() not in ("id", "idx", "qid")]
     text_flag = ",".join(str(k) for k in texts[:n_texts])
     shown = ", ".join(values[:8]) + (", ..." if len(values) > 8 else "")

@@ -1,9 +1,9 @@
 """Named-entity recognition as token classification: one BIO tag per word, windows over long
 sentences, entities scored as conlleval does.
 
-Reading and writing the tag and span files is :mod:`zhlm.finetune.ner_files`; windows, labels
-and merging predictions back :mod:`zhlm.finetune.ner_features`; the metric
-:mod:`zhlm.finetune.ner_metric`. This module joins them into a kind. The tags come from
+Reading and writing the tag and span files is :mod:`zhlm.finetune.readers.ner`; windows, labels
+and merging predictions back :mod:`zhlm.finetune.kinds.ner.features`; the metric
+:mod:`zhlm.finetune.metrics.conlleval`. This module joins them into a kind. The tags come from
 ``task.labels``, else the training file's entity types (``O``, ``B-T``, ``I-T``).
 
 The numerics are ``BertForTokenClassification``'s: dropout on every token, a Dense, and
@@ -15,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import optax
 
 from zhlm.convert import layout
-from zhlm.finetune import ner_features, ner_files, ner_metric
-from zhlm.finetune.kinds.base import TaskKind, entropy, label_config, labels_from_hf
+from zhlm.finetune.kinds.base import Export, TaskKind, cross_entropy, entropy
 from zhlm.finetune.kinds.classification import SequenceClassifier
+from zhlm.finetune.kinds.ner import features as ner_features
+from zhlm.finetune.metrics import conlleval
+from zhlm.finetune.readers import ner as ner_reader
+from zhlm.finetune.readers.base import Reader
 from zhlm.run_files import NER_PREDICTIONS
 
 
@@ -37,42 +39,13 @@ class TokenClassifier(SequenceClassifier):
 @dataclasses.dataclass(frozen=True)
 class Ner(TaskKind):
     name: str = "ner"
-    formats: tuple[str, ...] = ("tagged", "spans_jsonl", ner_files.PLAIN)
     metric: str = "f1"
-    head: str = layout.CLASSIFIER
-    hf_class: str = "ForTokenClassification"
+    reader: Reader = ner_reader.NerReader()
+    export: Export = Export("ForTokenClassification", layout.CLASSIFIER, "labels")
 
-    def read(self, path, task, require_label=True):
-        if task.format == "tagged":
-            return ner_files.read_tagged(path, task.scheme)
-        if task.format == ner_files.PLAIN:
-            return ner_files.read_plain(path, require_label)
-        return ner_files.read_spans_jsonl(path)
-
-    def stream(self, path, task, require_label=True):
-        if task.format == "tagged":  # reads the file twice: the scheme first, then sentences
-            return ner_files.iter_tagged(path, task.scheme)
-        if task.format == ner_files.PLAIN:
-            return ner_files.iter_plain(path, require_label)
-        return ner_files.iter_spans_jsonl(path)
-
-    def describe_formats(self):
-        return (
-            "format tagged (char<TAB>tag lines, a blank line after each sentence), "
-            'spans_jsonl (JSON lines with a "text") or text (a sentence a line, to predict)'
-        )
-
-    def example_type(self, task):
-        return ner_files.NerExample
-
-    def examples_from(self, records, task):
-        # No tags to read: each character's is O, as in a spans_jsonl record without a label.
-        examples = super().examples_from(records, task)
-        return [dataclasses.replace(e, tags=("O",) * len(e.text)) for e in examples]
-
-    def resolve(self, task, train):
+    def settle(self, task, train):
         if not task.labels:
-            task.labels = ner_files.labels(train)
+            task.labels = ner_reader.labels(train)
             print(
                 f"zhlm-finetune: tags from {task.train_file}: {', '.join(task.labels)}",
                 flush=True,
@@ -93,7 +66,7 @@ class Ner(TaskKind):
         labels = batch["labels"]
         real = (labels >= 0).astype(jnp.float32)
         logits = outputs["logits"]
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+        ce = cross_entropy(logits, jnp.maximum(labels, 0))
         return jnp.sum(ce * real, -1), jnp.sum(real, -1)
 
     def device_outputs(self, outputs, batch):
@@ -103,27 +76,21 @@ class Ner(TaskKind):
         return ner_features.merge(features, outputs["tags"])
 
     def score(self, features, examples, predictions):
-        micro = ner_metric.scores([list(e.tags) for e in examples], predictions)["micro"]
+        micro = conlleval.scores([list(e.tags) for e in examples], predictions)["micro"]
         return {k: micro[k] for k in ("f1", "precision", "recall")}
 
-    def prior(self, arrays):
-        return entropy(arrays["labels"])
+    def chance(self, arrays):
+        return {"loss": entropy(arrays["labels"])}
 
     def records(self, examples, predictions, task):
         return [
-            dict(id=e.guid, text=e.text, entities=ner_files.prediction_records(e, t))
+            dict(id=e.guid, text=e.text, entities=ner_reader.prediction_records(e, t))
             for e, t in zip(examples, predictions, strict=True)
         ]
 
     def write_dev(self, root, examples, predictions):
         path = str(root / NER_PREDICTIONS)
-        ner_files.write_predictions(path, examples, predictions)
+        ner_reader.write_predictions(path, examples, predictions)
         # The micro scores are the epoch's metrics; per type they say which entities it finds.
         gold = [list(e.tags) for e in examples]
-        return {"predictions": path, "by_type": ner_metric.scores(gold, predictions)["by_type"]}
-
-    def task_from_hf(self, task, hf_config):
-        task.labels = labels_from_hf(hf_config)
-
-    def hf_config(self, task):
-        return label_config(task.labels)
+        return {"predictions": path, "by_type": conlleval.scores(gold, predictions)["by_type"]}

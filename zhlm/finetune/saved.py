@@ -1,4 +1,5 @@
-"""How pretrained parameters fill a task model.
+"""A task model's parameters: how pretrained ones fill it, and how a fine-tuned one is saved and
+loaded (``best/``), apart from training so that predicting imports no optimizer.
 
 Every task model subclasses ``zhlm.models.Model`` and calls its ``encode`` and ``pooler``: the
 embeddings, encoder and pooler are the pretraining model's modules under the same names, so a
@@ -12,6 +13,10 @@ import flax.linen as nn
 import flax.traverse_util as traverse
 import jax
 import jax.numpy as jnp
+
+from zhlm import run_files
+from zhlm.finetune import kinds
+from zhlm.train import checkpoint
 
 # The parts of a pretrained tree a task model reuses.
 ENCODER_PARTS = ("embeddings", "encoder", "pooler")
@@ -42,3 +47,15 @@ def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:
         out[part] = traverse.unflatten_dict({k: jnp.asarray(old[k], new[k].dtype) for k in new})
     left_fresh = [part for part in out if out[part] is fresh[part]]
     return out, left_fresh
+
+
+def save_finetuned(path, params, config) -> str:
+    """A parameter checkpoint of a task model (``zhlm.train.checkpoint``); returns its path."""
+    checkpoint.save_params(path, {"params": params}, config)
+    return str(run_files.path(path))
+
+
+def load_finetuned(path: str):
+    """``(model, params, config)`` of a folder :func:`save_finetuned` wrote."""
+    variables, config = checkpoint.load_params(path)
+    return kinds.task_model(config), variables["params"], config

@@ -1,7 +1,8 @@
 """Reading a fine-tuning task's files: checks of the task keys, one file through its kind's
 reader with the report printed, the two files (or one split by ``task.holdout``), the tokenizer.
 
-What is read, and how examples become arrays, is the task kind's (:mod:`zhlm.finetune.kinds`);
+What is read, and how examples become arrays, is the task kind's (:mod:`zhlm.finetune.kinds`,
+resolved once by the caller and passed in);
 reading also settles what the training file decides (an empty ``task.labels`` becomes its
 labels, written back into ``task``, so the head, the metrics and the saved config agree).
 
@@ -16,22 +17,19 @@ MRC so that no passage is in both halves. The draw is seeded, so every run sees 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from zhlm import paths
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import kinds, tables
+from zhlm.finetune.readers import tables
 
 # ------------------------------------------------------------------------------ reading
 
 
-def check_task(task) -> None:
+def check_task(kind, task) -> None:
     """Fails with one line naming the key when a path is missing or the keys do not fit."""
-    kind = kinds.get(task.kind)
     if task.format not in kind.formats:
         raise ValueError(
             f"config.task.format={task.format!r} cannot feed kind {task.kind!r} "
@@ -55,75 +53,72 @@ def check_task(task) -> None:
         raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
 
 
-def read_file(task, path: str, require_label: bool = True):
-    """``(examples, report)`` of one file through the reader ``task.format`` names; the report
-    (every bad record with file and line) is printed, once. A table of which no record could
-    be read fails with what the file looks like and the flags that would read it."""
-    _check_exists(task, path)
-    kind = kinds.get(task.kind)
-    examples, report = kind.read(path, task, require_label)
+def read_file(kind, task, path: str, require_label: bool = True):
+    """``(examples, report)`` of one file through the kind's reader; the report (every bad
+    record with file and line) is printed, once. A file of which no record could be read
+    fails with what the file looks like and the flags that would read it."""
+    examples, report = stream_file(kind, task, path, require_label)
+    examples = list(examples)
     print(report.summary(), flush=True)
-    if not examples and report.issues and kind.unreadable(path, task):
-        raise no_records(task, path, report)
+    if not examples:
+        raise no_records(kind, task, path, report)
     return examples, report
 
 
-def stream_file(task, path: str, require_label: bool = True):
-    """``(examples, report)`` of one file as its records are read (the kind's ``stream``):
+def stream_file(kind, task, path: str, require_label: bool = True):
+    """``(examples, report)`` of one file as its records are read (the reader's ``read``):
     memory stays bounded whatever the file's size. The report is complete once the examples
     are; printing it is the caller's (once, at the end)."""
     _check_exists(task, path)
-    return kinds.get(task.kind).stream(path, task, require_label)
+    return kind.reader.read(path, task, require_label)
 
 
-def no_records(task, path: str, report) -> ValueError:
+def no_records(kind, task, path: str, report) -> ValueError:
     """The error for a file that gave no record: what was found, and what would read it."""
     counts = ", ".join(f"{issue}={n}" for issue, n in sorted(report.counts.items()))
     found = f" ({counts})" if counts else " (it holds none)"
-    kind = kinds.get(task.kind)
-    empty = os.path.isfile(path) and not os.path.getsize(path)
-    looks = None if empty else kind.unreadable(path, task)
-    if empty:
+    if os.path.isfile(path) and not os.path.getsize(path):
         hint = "the file is empty: give one with records"
-    elif looks:
-        hint = f"the file looks like: {looks}"
+    elif not report.issues:
+        hint = "it has no records (a header alone?): give a file with records"
     else:
-        formats = kind.describe_formats()
-        hint = (
-            f"kind {task.kind} reads {formats}: pass the one that fits, --config.task.format=NAME"
-        )
+        hint = kind.reader.describe(path, task)
     return ValueError(f"{path}: no record could be read as format {task.format}{found}; {hint}")
 
 
 def _check_exists(task, path: str) -> None:
     folder = task.format == "datasets"  # save_to_disk writes a folder
-    if not (os.path.isdir if folder else os.path.isfile)(path):
-        raise FileNotFoundError(f"{path}: no such {'folder' if folder else 'file'}")
+    if folder and not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"{path}: no such folder (format datasets reads a save_to_disk folder)"
+        )
+    if not folder and os.path.isdir(path):
+        raise ValueError(f"{path} is a folder: give the file in it to read")
+    if not folder and not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
 
 
-def read_task(task):
+def read_task(kind, task):
     """``(train_examples, eval_examples, reports)``: the two files, or one file split by
     ``task.holdout`` (see :func:`holdout_split`). What the training file settles (an empty
     ``task.labels``: its labels) is written into ``task`` here, so ``task`` leaves with it."""
-    check_task(task)
-    kind = kinds.get(task.kind)
-    train, reports = read_files(task, task.train_file)
-    kind.resolve(task, train)
+    check_task(kind, task)
+    train, reports = read_files(kind, task, task.train_file)
+    kind.settle(task, train)
     if task.holdout == 0:
-        evaluation, dev_reports = read_files(task, task.dev_file)
+        evaluation, dev_reports = read_files(kind, task, task.dev_file)
         reports += dev_reports
     else:
-        train, evaluation = holdout_split(train, task.holdout, kind.group, kind.stratum)
-    kind.check_split(task, train, evaluation)
+        train, evaluation = holdout_split(train, task.holdout, kind.holdout)
     return train, evaluation, reports
 
 
-def read_files(task, paths_: str):
+def read_files(kind, task, paths_: str):
     """``(examples, reports)`` of the comma-separated files ``paths_``, read in that order as
     one set (a dataset shipped in parts, e.g. C3's dialogue and mixed-genre halves)."""
     examples, reports = [], []
     for path in paths_.split(","):
-        more, report = read_file(task, path.strip())
+        more, report = read_file(kind, task, path.strip())
         examples += more
         reports.append(report)
     return examples, reports
@@ -132,25 +127,21 @@ def read_files(task, paths_: str):
 HOLDOUT_SEED = 0  # the holdout's draw: fixed, so every run and machine evaluates the same rows
 
 
-def holdout_split(
-    examples: Sequence,
-    holdout: float,
-    key: Callable | None = None,
-    stratum: Callable | None = None,
-):
-    """``(train, evaluation)``: a seeded random ``holdout`` share of the groups ``key`` gives
-    (e.g. MRC passages; ``key`` None or returning None: each record) evaluates, the rest
-    trains, each side in file order. Drawn within each ``stratum`` (a label) separately, so
-    both sides keep the file's label shares; a file sorted by label loses no class to either
-    side, as taking its tail would. The draw is :data:`HOLDOUT_SEED`'s: the same split on every
-    run and machine."""
-    keys = [(i if key is None or key(e) is None else key(e)) for i, e in enumerate(examples)]
+def holdout_split(examples: Sequence, holdout: float, split_key: Callable | None = None):
+    """``(train, evaluation)``: a seeded random ``holdout`` share of the groups ``split_key``
+    gives (``(group, stratum)`` of an example, e.g. MRC passages; None or a group of None: each
+    record) evaluates, the rest trains, each side in file order. Drawn within each stratum (a
+    label) separately, so both sides keep the file's label shares; a file sorted by label loses
+    no class to either side, as taking its tail would. The draw is :data:`HOLDOUT_SEED`'s: the
+    same split on every run and machine."""
+    keyed = [(None, None) if split_key is None else split_key(e) for e in examples]
+    keys = [i if group is None else group for i, (group, _) in enumerate(keyed)]
     strata: dict = {}  # stratum -> its groups in file order (a group's first record decides)
     seen = set()
-    for k, e in zip(keys, examples, strict=True):
+    for k, (_, stratum) in zip(keys, keyed, strict=True):
         if k not in seen:
             seen.add(k)
-            strata.setdefault(None if stratum is None else stratum(e), []).append(k)
+            strata.setdefault(stratum, []).append(k)
     rng = np.random.RandomState(HOLDOUT_SEED)
     held = set()
     for name in sorted(strata, key=str):
@@ -175,12 +166,3 @@ def load_tokenizer(task, loaded=None) -> WordPiece:
             )
         vocab = loaded.vocab
     return WordPiece(vocab or default_vocab(), task.lower_case)
-
-
-# ------------------------------------------------------------------- classification features
-
-
-def write_json(path, value) -> None:
-    """``value`` as UTF-8 JSON at ``path`` (local or ``gs://``, see ``zhlm.paths``)."""
-    text = json.dumps(value, ensure_ascii=False, indent=1)
-    paths.resolve(path).write_text(text, encoding="utf-8")

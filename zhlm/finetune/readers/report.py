@@ -8,7 +8,7 @@ whether the record was left out. For files without lines (parquet, a ``datasets`
 "line" is the 1-based row number.
 
 Readers fill the report; they never print it. Whoever reads a file for a command prints its
-summary once (``zhlm.finetune.tasks.read_file``, ``zhlm-predict``), after the last record: a
+summary once (``zhlm.finetune.task_files.read_file``, ``zhlm-predict``), after the last record: a
 streamed file (:func:`counted`) has its report complete only then.
 """
 
@@ -38,6 +38,14 @@ DUPLICATE_ID = "duplicate_id"
 NO_ANSWER = "no_answer"  # an MRC question with no answer text at all
 ANSWER_REPAIRED = "answer_repaired"  # answer_start was wrong; the text was found elsewhere
 ANSWER_NOT_FOUND = "answer_not_found"  # the answer text does not occur in its context
+UNKNOWN_TAG = "unknown_tag"  # NER: not a tag of the scheme (sentence skipped)
+ILL_FORMED_ENTITY = "ill_formed_entity"  # NER: e.g. I- without B-: read the conlleval way (kept)
+WORD_POSITION = "word_position_digit"  # NER: Weibo's 字0: the digit dropped (sentence kept)
+BAD_SPAN = "bad_span"  # NER: a span offset outside the text or not two integers (span ignored)
+SPAN_TEXT_MISMATCH = "span_text_mismatch"  # NER: the offsets cut out other text (span kept)
+OVERLAPPING_SPAN = "overlapping_span"  # NER: overlaps an earlier span (span ignored)
+UNKNOWN_ANSWER = "unknown_answer"  # multiple choice: an answer that is none of its options
+TOO_MANY_OPTIONS = "too_many_options"  # multiple choice: more options than task.num_choices
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """Named-entity recognition data: read tag or span files, write predicted entities.
 
 Why characters are the unit: MSRA-NER, People's Daily and CLUENER tag each character, and the
-metric (:mod:`zhlm.finetune.ner_metric`) compares entities as character spans. So an example is
-its text and one BIO tag per character, whatever scheme the file used (the scheme is found from
-the tags, or given, and converted through conlleval chunks: an ill-formed ``I-`` after ``O``
-becomes the ``B-`` that conlleval would read there, and the report names it with file and line).
+metric (:mod:`zhlm.finetune.metrics.conlleval`) compares entities as character spans. So an
+example is its text and one BIO tag per character, whatever scheme the file used (the scheme is
+found from the tags, or given, and converted through conlleval chunks: an ill-formed ``I-``
+after ``O`` becomes the ``B-`` that conlleval would read there, and the report names it with
+file and line).
 
-Features, windows and merging predictions back are in :mod:`zhlm.finetune.ner_features`; tag
-schemes, conlleval chunks and the metric in :mod:`zhlm.finetune.ner_metric`. This module reads the
-files and writes predictions as JSON lines of entity spans with their text.
+Features, windows and merging predictions back are in :mod:`zhlm.finetune.kinds.ner.features`;
+tag schemes, conlleval chunks and the metric in :mod:`zhlm.finetune.metrics.conlleval`. This
+module reads the files and writes predictions as JSON lines of entity spans with their text.
 
 ``tests/finetune/test_ner.py`` checks all of this, and reads the real MSRA files.
 """
@@ -23,28 +24,27 @@ import re
 from collections.abc import Iterator, Sequence
 
 from zhlm import paths
-from zhlm.finetune import ner_metric
-from zhlm.finetune.report import (
+from zhlm.finetune.metrics import conlleval
+from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.report import (
+    BAD_SPAN,
     EMPTY_TEXT,
+    ILL_FORMED_ENTITY,
     MALFORMED_LINE,
     MISSING_FIELD,
+    OVERLAPPING_SPAN,
+    SPAN_TEXT_MISMATCH,
+    UNKNOWN_TAG,
+    WORD_POSITION,
     ReadReport,
     counted,
     finish,
     json_error,
     lines,
 )
-from zhlm.finetune.table_rows import PLAIN  # the same plain text format: a sentence a line
+from zhlm.finetune.readers.rows import PLAIN  # the same plain text format: a sentence a line
 
 Path = str | os.PathLike
-
-# Issue kinds beside zhlm.finetune.report's, the keys of the report's counts.
-UNKNOWN_TAG = "unknown_tag"  # not a tag of the scheme (sentence skipped)
-ILL_FORMED_ENTITY = "ill_formed_entity"  # e.g. I- without B-: read the conlleval way (kept)
-WORD_POSITION = "word_position_digit"  # Weibo's 字0: the digit dropped (sentence kept)
-BAD_SPAN = "bad_span"  # a span offset outside the text or not two integers (span ignored)
-SPAN_TEXT_MISMATCH = "span_text_mismatch"  # the offsets cut out other text (span kept)
-OVERLAPPING_SPAN = "overlapping_span"  # overlaps an earlier span (span ignored)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,19 +69,46 @@ class NerReadReport(ReadReport):
 # ---------------------------------------------------------------------------------- reading
 
 
+class NerReader(Reader):
+    """Tag files, CLUENER span lines, or plain sentences to predict; examples in memory are
+    texts whose tags are all ``O``."""
+
+    formats = ("tagged", "spans_jsonl", PLAIN)
+    example_type = NerExample
+
+    def read(self, path, task, require_label=True):
+        if task.format == "tagged":  # reads the file twice: the scheme first, then sentences
+            return iter_tagged(path, task.scheme)
+        if task.format == PLAIN:
+            return iter_plain(path, require_label)
+        return iter_spans_jsonl(path)
+
+    def describe(self, path, task):
+        return (
+            "format tagged (char<TAB>tag lines, a blank line after each sentence), "
+            'spans_jsonl (JSON lines with a "text") or text (a sentence a line, to predict): '
+            "pass the one that fits, --config.task.format=NAME"
+        )
+
+    def examples_from(self, records, task):
+        # No tags to read: each character's is O, as in a spans_jsonl record without a label.
+        examples = super().examples_from(records, task)
+        return [dataclasses.replace(e, tags=("O",) * len(e.text)) for e in examples]
+
+
 def read_tagged(path: Path, scheme: str = "auto") -> tuple[list[NerExample], NerReadReport]:
     """``char<TAB>tag`` (or ``char tag``) lines, a blank line after each sentence. ``scheme`` is
-    one of ``ner_metric.SCHEMES`` or ``auto`` (:func:`ner_metric.detect_scheme`). A sentence
+    one of ``conlleval.SCHEMES`` or ``auto`` (:func:`conlleval.detect_scheme`). A sentence
     with a bad line (field count, a token that is not one character, a tag outside the scheme)
     is skipped; ill-formed entities are kept as conlleval reads them and reported."""
     if scheme != "auto":
-        ner_metric.check_scheme(scheme)
+        conlleval.check_scheme(scheme)
     report = NerReadReport(os.fspath(path))
-    sentences = [(*s, ner_metric.entities(s[2])) for s in _tagged_sentences(path, report)]
+    sentences = [(*s, conlleval.entities(s[2])) for s in _tagged_sentences(path, report)]
     detected = scheme == "auto"
     if detected:
         tag_seqs = (tags for _, _, tags, _ in sentences)
-        scheme = ner_metric.detect_scheme(tag_seqs, report.path, [s[3] for s in sentences])
+        scheme = conlleval.detect_scheme(tag_seqs, report.path, [s[3] for s in sentences])
     report.scheme = scheme
     return finish(list(_tagged_examples(path, sentences, detected, report)), report)
 
@@ -91,14 +118,14 @@ def iter_tagged(path: Path, scheme: str = "auto") -> tuple[Iterator[NerExample],
     ``(examples, report)``, the report complete once the examples are. A scheme left to
     ``auto`` is found first, from a pass over the whole file that keeps only tag counts."""
     if scheme != "auto":
-        ner_metric.check_scheme(scheme)
+        conlleval.check_scheme(scheme)
     report = NerReadReport(os.fspath(path))
     detected = scheme == "auto"
     if detected:  # the first pass's bad lines are reported by the second
         tag_seqs = (tags for _, _, tags in _tagged_sentences(path, NerReadReport(report.path)))
-        scheme = ner_metric.detect_scheme(tag_seqs, report.path)
+        scheme = conlleval.detect_scheme(tag_seqs, report.path)
     report.scheme = scheme
-    sentences = ((*s, ner_metric.entities(s[2])) for s in _tagged_sentences(path, report))
+    sentences = ((*s, conlleval.entities(s[2])) for s in _tagged_sentences(path, report))
     return counted(_tagged_examples(path, sentences, detected, report), report), report
 
 
@@ -202,14 +229,14 @@ def _parse_line(text: str) -> tuple[str, str, tuple[str, str] | None]:
     if len(char) != 1:
         return "", "", (MALFORMED_LINE, f"token {char!r} is not one character")
     try:
-        ner_metric.parse_tag(tag)
+        conlleval.parse_tag(tag)
     except ValueError as error:
         return "", "", (UNKNOWN_TAG, str(error))
     return char, tag, None
 
 
 def _outside_scheme(tags: list[str], scheme: str, first: int, report: ReadReport) -> bool:
-    allowed = ner_metric.LETTERS[scheme]
+    allowed = conlleval.LETTERS[scheme]
     outside = {tag for tag in set(tags) if tag != "O" and tag[0] not in allowed}
     if not outside:
         return False
@@ -223,7 +250,7 @@ def _to_bio(tags: list[str], spans: list, scheme: str, first: int, report) -> li
     first + 1, ...``); each entity not tagged as ``scheme`` writes it is reported."""
     if not spans:
         return tags
-    canonical = ner_metric.encode(spans, len(tags), scheme)
+    canonical = conlleval.encode(spans, len(tags), scheme)
     for type_, start, end in spans:
         if canonical[start:end] != tags[start:end]:
             after = f"after {tags[start - 1]}" if start else "at the sentence start"
@@ -232,7 +259,7 @@ def _to_bio(tags: list[str], spans: list, scheme: str, first: int, report) -> li
                 f"{' '.join(tags[start:end])} {after}; read the conlleval way"
             )
             report.add(ILL_FORMED_ENTITY, first + start, message, dropped=False)
-    return ner_metric.encode(spans, len(tags), "bio")
+    return conlleval.encode(spans, len(tags), "bio")
 
 
 def read_plain(path: Path, require_label: bool = False):
@@ -284,7 +311,7 @@ def _spans_examples(path: Path, report: ReadReport) -> Iterator[NerExample]:
         spans = _record_spans(item, number, report)
         if spans is None:
             continue
-        tags = ner_metric.encode(spans, len(item["text"]), "bio")
+        tags = conlleval.encode(spans, len(item["text"]), "bio")
         guid = str(item["id"]) if "id" in item else f"{os.path.basename(path)}:{number}"
         yield NerExample(guid, item["text"], tuple(tags), number)
 
@@ -373,7 +400,7 @@ _SPACED = re.compile(r"(.) +(\S+)")
 
 def labels(examples: Sequence[NerExample]) -> tuple[str, ...]:
     """``O``, then ``B-T``, ``I-T`` for each entity type of ``examples`` in sorted order."""
-    types = sorted({t for e in examples for t, _, _ in ner_metric.entities(e.tags)})
+    types = sorted({t for e in examples for t, _, _ in conlleval.entities(e.tags)})
     return ("O", *(f"{letter}-{t}" for t in types for letter in "BI"))
 
 
@@ -384,7 +411,7 @@ def prediction_records(example: NerExample, tags: Sequence[str]) -> list[dict]:
         raise ValueError(f"{example.guid}: {len(tags)} tags for {len(example.text)} characters")
     return [
         dict(type=type_, start=start, end=end, text=example.text[start:end])
-        for type_, start, end in ner_metric.entities(tags)
+        for type_, start, end in conlleval.entities(tags)
     ]
 
 

@@ -4,7 +4,8 @@ checked.
 Why the checks: CMRC 2018 dev has 193 answers whose text is not in the passage (``answer_start``
 -1) and 7 whose offset is off by one or two. An answer found elsewhere in the passage is repaired
 to the nearest occurrence, one not found is kept without a span (the official metric still scores
-against it), and each is reported with the line of its text (see :mod:`zhlm.finetune.report`).
+against it), and each is reported with the line of its text (see
+:mod:`zhlm.finetune.readers.report`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import json
 import os
 from collections.abc import Iterator
 
-from zhlm.finetune.report import (
+from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.report import (
     ANSWER_NOT_FOUND,
     ANSWER_REPAIRED,
     DUPLICATE_ID,
@@ -166,3 +168,20 @@ def _dicts(items, what, decoder, report, parent=None, dropped=True) -> Iterator[
             yield item
         else:
             report.add(MALFORMED_LINE, line, f"{what} is not a JSON object: {item!r:.40}", dropped)
+
+
+class SquadReader(Reader):
+    """SQuAD v1 JSON, read whole (one JSON document)."""
+
+    formats = ("squad",)
+    example_type = MrcExample
+
+    def read(self, path, task, require_label=True):
+        examples, report = read_squad(path, require_answers=require_label)
+        return iter(examples), report
+
+    def describe(self, path, task):
+        return (
+            "format squad (SQuAD v1 JSON: data, paragraphs, qas): pass the one that fits, "
+            "--config.task.format=NAME"
+        )

@@ -5,8 +5,8 @@ Why one reader for every layout: the same task ships as ``label<TAB>text`` with 
 BOM (most sentiment and matching sets), JSON lines (CLUE), parquet or a Hugging Face
 ``datasets`` folder. Each format only turns the file into rows; where the texts and the label
 are is said once, the same way for all (``config.task.text_fields`` / ``label_field``), and the
-checks and the report (:mod:`zhlm.finetune.report`) are shared. Parsing is the kept libraries'
-(``csv``, ``json``, ``pyarrow``, ``datasets``), never ours.
+checks and the report (:mod:`zhlm.finetune.readers.report`) are shared. Parsing is the kept
+libraries' (``csv``, ``json``, ``pyarrow``, ``datasets``), never ours.
 
 Formats (``config.task.format``):
 * ``tsv``: tab-separated, read by ``csv`` without quoting (a ``"`` in a review is text, as in
@@ -28,10 +28,13 @@ first row of a TSV/CSV is a header when a field of it is a usual name or a name 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Container, Iterator, Sequence
 
-from zhlm.finetune.report import (
+from zhlm.finetune.readers import sniff
+from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.report import (
     EMPTY_TEXT,
     MALFORMED_LINE,
     MISSING_FIELD,
@@ -43,18 +46,35 @@ from zhlm.finetune.report import (
     finish,
     guid,
 )
-from zhlm.finetune.table_rows import (
+from zhlm.finetune.readers.rows import (
     DELIMITERS,
     LABEL_NAMES,
     PLAIN,
     SOURCES,
-    TEXT_B_NAMES,
-    TEXT_NAMES,
+    default_texts,
     fields_row,
+    first_column,
 )
 
 FORMATS = tuple(SOURCES)  # tsv, csv, jsonl, json, parquet, datasets, text (PLAIN)
 _NO_GOLD = "-"
+
+
+class Numbers:
+    """The labels a regression reads: every finite number written as text (``"3.8"``, ``"4"``),
+    as a label set the table reader asks with ``in``."""
+
+    def __contains__(self, label) -> bool:
+        try:
+            return math.isfinite(float(label))
+        except (TypeError, ValueError):
+            return False
+
+    def __str__(self) -> str:
+        return "the finite numbers"
+
+
+NUMBERS = Numbers()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,21 +221,6 @@ def _column(path, columns: list[str], field: str | int) -> str:
     return match
 
 
-def first_column(columns: Sequence[str], names: Sequence[str]) -> str | None:
-    """The first of ``names`` (case-insensitive) among ``columns``, as the column spells it."""
-    lowered = {str(c).strip().lower(): c for c in reversed(columns)}
-    return next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
-
-
-def default_texts(columns, label, n_texts) -> tuple[str, ...]:
-    """The usual text names; failing those, the columns other than the label and ``id``."""
-    found = (first_column(columns, TEXT_NAMES), first_column(columns, TEXT_B_NAMES))[:n_texts]
-    if all(found) and len(set(found)) == n_texts:
-        return tuple(found)
-    others = [c for c in columns if c != label and str(c).lower() not in ("id", "idx", "qid")]
-    return tuple(others) if len(others) == n_texts else ()
-
-
 # ---------------------------------------------------------------------------------- checks
 
 # Returned by _check_label for a record that must be skipped (None means "no label, keep").
@@ -261,3 +266,28 @@ def _nonempty(row: dict, names: Sequence, report: ReadReport, line: int) -> bool
 
 def _name(key: str | int | None) -> str:
     return f"column {key}" if isinstance(key, int) else str(key or "label")
+
+
+@dataclasses.dataclass(frozen=True)
+class TableReader(Reader):
+    """Tables of sentences (``texts=1``) or pairs (``texts=2``) with a class label, or with a
+    score when ``scores`` (a regression: every finite number is a label)."""
+
+    texts: int = 1
+    scores: bool = False
+    formats: tuple[str, ...] = FORMATS
+
+    @property
+    def example_type(self) -> type:
+        return PairExample if self.texts == 2 else SentenceExample
+
+    def read(self, path, task, require_label=True):
+        if self.scores:
+            labels = NUMBERS
+        else:  # empty: any; inputs to predict are not checked (their labels are not read)
+            labels = list(task.labels) or None if require_label else None
+        fields = (task.text_fields, task.label_field, labels, require_label)
+        return iter_table(path, task.format, self.texts, *fields)
+
+    def describe(self, path, task):
+        return f"the file looks like: {sniff.describe(path, self.texts)}"
