@@ -257,6 +257,7 @@ def _hf(task, config, init, train, dev) -> dict:
     import transformers
 
     from zhlm.finetune.metrics import conlleval
+    from zhlm.finetune.train import warmup_steps
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count())
@@ -285,7 +286,7 @@ def _hf(task, config, init, train, dev) -> dict:
     ]
     opt = torch.optim.AdamW(groups, lr=optim.peak_lr, betas=(optim.b1, optim.b2), eps=optim.eps)
     schedule = transformers.get_linear_schedule_with_warmup(
-        opt, int(round(optim.warmup_ratio * steps)), steps
+        opt, warmup_steps(optim, steps), steps
     )
     loader = torch.utils.data.DataLoader(
         rows, batch_size=b, shuffle=True, collate_fn=collate,

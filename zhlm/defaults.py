@@ -70,12 +70,10 @@ def _data():
     return ml_collections.ConfigDict(
         dict(
             format="segment_pair",  # segment_pair (+NSP), sop, full_sentences or doc_sentences
-            max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
             short_seq_prob=0.1,  # chance of a shorter target length (BERT)
             pack=True,  # several short instances per row, kept apart (zhlm.data.packing)
-            vocab="",  # WordPiece vocab.txt (empty: the Google Chinese vocab bundled in zhlm)
             tokenizer="wordpiece",  # wordpiece (vocab.txt) or sentencepiece (vocab = a .model)
-            lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
+            **_text(),
             layout="sentences",  # .txt: sentences (one a line, blank line ends a doc) or lines
             jsonl_field="text",  # .jsonl: the field holding a document's text
             traditional_to_simplified=False,  # convert traditional Chinese with OpenCC t2s
@@ -97,14 +95,36 @@ def _data():
     )
 
 
+def _text():
+    """The text keys pretraining's ``data`` and fine-tuning's ``task`` share, declared once."""
+    return dict(
+        max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
+        # WordPiece vocab.txt (pretraining with data.tokenizer=sentencepiece: a .model). Empty:
+        # the init's own vocabulary (its folder's vocab.txt), else the Google Chinese vocab
+        # bundled in zhlm.
+        vocab="",
+        lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
+    )
+
+
+def _steps(batch_size: int):
+    """The keys pretraining's and fine-tuning's ``train`` sections share, declared once."""
+    return dict(
+        seed=0,  # seed of init, dropout, data order and masking (fine-tuning: run i uses seed + i)
+        # sequences per step over all devices (fine-tuning: rows, i.e. MRC and NER windows)
+        batch_size=batch_size,
+        micro_batches=1,  # gradient accumulation: the step scans over this many slices
+        # steps between training lines: loss and learning rate to metrics.jsonl, TensorBoard and
+        # the console (0: none but pretraining's last step)
+        log_every=50,
+        **_sharding(),
+    )
+
+
 def _train():
     return ml_collections.ConfigDict(
         dict(
-            seed=0,  # one seed for init, dropout and masking
-            batch_size=256,  # global sequences per step
             num_steps=1000,  # optimizer updates
-            micro_batches=1,  # gradient accumulation: the step scans over this many slices
-            log_every=50,  # steps between metric lines (metrics.jsonl, TensorBoard, the bar)
             eval_every=500,  # steps between evaluations on the held-out sequences (0: never)
             eval_examples=256,  # sequences held out of training from every data source
             checkpoint_every=500,  # steps between (asynchronous) checkpoints
@@ -123,13 +143,13 @@ def _train():
             coordinator_address="",  # host:port of process 0
             num_processes=0,  # processes in the run (0: detected)
             process_id=-1,  # this process's index (-1: detected)
-            **_sharding(),
+            **_steps(batch_size=256),
         )
     )
 
 
 def _sharding():
-    """The mesh keys pretraining and fine-tuning share (``zhlm.train.sharding`` reads them)."""
+    """The mesh keys of both train sections (``zhlm.train.sharding`` reads them)."""
     return dict(
         mesh=(("data", -1), ("fsdp", 1), ("tensor", 1)),  # device mesh axes (-1: the rest)
         # Logical parameter/activation axis -> mesh axes (zhlm/models/layers.py names).
@@ -153,7 +173,7 @@ def _optim():
         dict(
             name="adamw",  # adamw or lamb (variants: the table in zhlm/train/optim.py)
             peak_lr=1e-4,  # learning rate at the end of warmup
-            warmup_steps=100,  # linear warmup from 0
+            warmup_steps=100,  # linear warmup from 0 (fine-tuning: -1 warms up by warmup_ratio)
             schedule="bert",  # bert (1 - t/T from step 0), linear (to 0 after warmup), polynomial
             power=1.0,  # exponent of the polynomial schedule
             b1=0.9,  # first-moment decay
@@ -206,7 +226,7 @@ def _task():
             # per type), printed with counts; evaluation labels outside it are reported.
             labels=(),
             scheme="auto",  # ner tag files: auto (detected), bio, iob1, bioes or bmes
-            max_seq_length=128,  # tokens per sequence including [CLS]/[SEP]
+            **_text(),
             # Lengths batches are cut to, max_seq_length always last (zhlm.finetune.batching):
             # (): powers of two from 32; (max_seq_length,): every batch at the full length.
             length_buckets=(),
@@ -215,8 +235,6 @@ def _task():
             num_choices=0,  # multiple_choice: options per question (0: a training question's most)
             n_best_size=20,  # mrc: start and end candidates searched per window
             max_answer_length=30,  # mrc: longest answer in tokens
-            vocab="",  # WordPiece vocab.txt (empty: the init folder's vocab.txt, else Google's)
-            lower_case=True,  # lower-case and strip accents, as bert-base-chinese does
         )
     )
 
@@ -224,17 +242,13 @@ def _task():
 def _finetune_train():
     return ml_collections.ConfigDict(
         dict(
-            seed=0,  # seed of the first run; run i uses seed + i (head init, dropout, order)
             seeds=1,  # repeated runs; results.json reports the max and mean dev metric
-            batch_size=32,  # sequences (MRC, NER: windows) per step, split over the devices
-            micro_batches=1,  # gradient accumulation as in pretraining (each slice a mean)
             epochs=3,  # passes over the training set
             eval_every_epoch=True,  # evaluate after every epoch and keep the best (else last)
             max_train_examples=0,  # > 0: only the first N training examples (quick runs)
             max_eval_examples=0,  # > 0: only the first N evaluation examples (MRC: questions)
-            log_every=50,  # steps between printed loss lines (0: none)
             save_best=True,  # write the best run's best parameters to workdir/best
-            **_sharding(),  # data-parallel over every local device by default
+            **_steps(batch_size=32),  # data-parallel over every local device by default
         )
     )
 
@@ -254,8 +268,8 @@ def get_finetune_config(size: str = "base") -> ml_collections.ConfigDict:
     config.model = base.model
     config.model.size = sizes.check_size(size or "base")
     config.optim = base.optim
-    config.optim.update(name="adamw", schedule="linear", peak_lr=2e-5, warmup_steps=0)
-    config.optim.warmup_ratio = 0.1  # > 0: warmup_steps = this share of all steps
+    config.optim.update(name="adamw", schedule="linear", peak_lr=2e-5, warmup_steps=-1)
+    config.optim.warmup_ratio = 0.1  # warmup over this share of all steps (warmup_steps -1 only)
     config.train = _finetune_train()
     return config
 

@@ -182,7 +182,7 @@ def key_comments() -> dict[tuple[str, str], str]:
 def _comment(section: str, key: str, finetune: bool) -> str:
     comments = key_comments()
     functions = [f"_finetune_{section}", "get_finetune_config"] if finetune else []
-    functions += [f"_{section}", "_sharding", "get_base_config"]
+    functions += [f"_{section}", "_text", "_steps", "_sharding", "get_base_config"]
     return next((comments[f, key] for f in functions if comments.get((f, key))), "")
 
 

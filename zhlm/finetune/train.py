@@ -1,9 +1,10 @@
 """``finetune(config, init, workdir)``: train a task head on a pretrained encoder, keep the best.
 
 The recipe of the BERT, Chinese-BERT-wwm and MacBERT papers: AdamW, linear warmup over the first
-``optim.warmup_ratio`` of the steps then linear decay to 0, a few epochs, the dev metric after
-every epoch with the best epoch kept, and several seeds reported as max and mean (fine-tuning
-on small sets varies more between seeds than between many of the models compared).
+``optim.warmup_ratio`` of the steps (or ``optim.warmup_steps`` when given) then linear decay to
+0, a few epochs, the dev metric after every epoch with the best epoch kept, and several seeds
+reported as max and mean (fine-tuning on small sets varies more between seeds than between
+many of the models compared).
 
 Shapes are static and few: every batch has ``train.batch_size`` rows of one length bucket
 (:mod:`zhlm.finetune.batching`: the rows' real lengths pick one of a few lengths known up
@@ -14,8 +15,10 @@ function of the seed. The train step is one jitted pure function that donates th
 draws dropout from ``fold_in(key, step)``; the seeds share the compiled functions.
 
 Files in ``workdir`` (named in ``zhlm.run_files``): ``results.json`` (also returned),
-``config.json``, ``metrics.jsonl`` (train loss and dev metrics per epoch, one split per seed;
-TensorBoard events under ``tensorboard/``) drawn as ``curves.png``, ``best/`` (the best run's
+``config.json``, ``metrics.jsonl`` (one split per seed over its steps, as pretraining's: the
+loss and learning rate every ``train.log_every`` steps, and at each epoch's end its train loss,
+learning rate, dev metrics and speed; TensorBoard events under ``tensorboard/``) drawn as
+``curves.png``, ``best/`` (the best run's
 parameters: a parameter checkpoint that :func:`load_finetuned`, ``--init`` and
 ``zhlm-convert --to=hf`` read), and the best run's dev predictions: for MRC
 ``predictions_dev.json`` (``{qid: answer}``) with ``eval_set.json``, the evaluated questions in
@@ -42,6 +45,7 @@ import numpy as np
 from tqdm import tqdm
 
 from zhlm import paths, run_files, workdir_lock
+from zhlm.errors import UserError
 from zhlm.finetune import batching, diagnose, kinds, saved, task_files
 from zhlm.finetune import progress as progress_lib
 from zhlm.models import dropout_rngs, model_config
@@ -68,6 +72,7 @@ def finetune(
 def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
     started = time.time()
     config = config.copy_and_resolve_references()
+    settle_warmup(config.optim)
     root = run_files.path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     loaded = _pretrained(config, init)
@@ -77,11 +82,13 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     data = _Data(config, kind, tokenizer)
     _check_fits(config, tokenizer)
     train = config.train
-    num_steps = train.epochs * data.train_buckets.num_batches(train.batch_size)
+    steps_per_epoch = data.train_buckets.num_batches(train.batch_size)
+    num_steps = train.epochs * steps_per_epoch
     trainer = task_trainer(config, kind, num_steps)
     print(
         f"zhlm-finetune: {config.task.name} ({config.task.kind}) from {init_from}: "
-        f"{data.num_train} training rows, {num_steps} steps, {train.seeds} seed(s)",
+        f"{data.num_train} training rows, {num_steps} steps (warmup "
+        f"{warmup_steps(config.optim, num_steps)}), {train.seeds} seed(s)",
         flush=True,
     )
     print(
@@ -97,8 +104,8 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     diagnosis = diagnose.diagnose(kind.chance(data.train).get("loss"), first, encode)
     progress = progress_lib.Progress(workdir, config, init)
     # metrics.jsonl and TensorBoard, one split per seed; a new run starts the file afresh, a
-    # continued one keeps the epochs it does not run again.
-    kept = {_split(seed): epochs for seed, epochs in progress.epochs_kept().items()}
+    # continued one keeps the steps of the epochs it does not run again.
+    kept = {_split(seed): n * steps_per_epoch for seed, n in progress.epochs_kept().items()}
     writer = metrics_lib.Writer(workdir, start_step=kept)
     try:
         for i in range(len(progress.runs), train.seeds):
@@ -194,8 +201,7 @@ def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
     so it is not split)."""
     model = kind.model(model_config(config.model), config.task)
     optim = ml_collections.ConfigDict(config.optim.to_dict())
-    if optim.warmup_ratio > 0:
-        optim.warmup_steps = min(int(round(optim.warmup_ratio * num_steps)), num_steps - 1)
+    optim.warmup_steps = warmup_steps(config.optim, num_steps)
 
     def apply(params, batch, deterministic, rng=None):
         rngs = None if rng is None else dropout_rngs(rng, model.config)
@@ -218,6 +224,32 @@ def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
         lambda params: make_optimizer(optim, num_steps, params),
         lambda params, batch: kind.device_outputs(apply(params, batch, True), batch),
     )
+
+
+def settle_warmup(optim) -> None:
+    """Which of ``optim.warmup_steps`` and ``optim.warmup_ratio`` sets the warmup: steps when
+    given (>= 0; the ratio is then set to 0, so config.json shows what ran, and the log says
+    so), else the ratio (steps -1); anything else is refused."""
+    if optim.warmup_steps < -1 or not 0 <= optim.warmup_ratio < 1:
+        raise UserError(
+            f"optim.warmup_steps={optim.warmup_steps}, optim.warmup_ratio={optim.warmup_ratio}: "
+            "give warmup_steps >= 0, or -1 and a warmup_ratio in [0, 1)"
+        )
+    if optim.warmup_steps >= 0 and optim.warmup_ratio:
+        print(
+            f"zhlm-finetune: warmup over optim.warmup_steps={optim.warmup_steps} steps, not "
+            f"optim.warmup_ratio={optim.warmup_ratio} of them (set to 0 in config.json)",
+            flush=True,
+        )
+        optim.warmup_ratio = 0.0
+
+
+def warmup_steps(optim, num_steps: int) -> int:
+    """The warmup of a run of ``num_steps``: ``optim.warmup_steps`` when >= 0, else
+    ``optim.warmup_ratio`` of the steps (rounded, and short of the last step)."""
+    if optim.warmup_steps >= 0:
+        return int(optim.warmup_steps)
+    return min(int(round(optim.warmup_ratio * num_steps)), max(num_steps - 1, 0))
 
 
 def encoder(trainer: step.Trainer):
@@ -261,8 +293,9 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
             data.train_buckets.plan(train.batch_size, order_rng)
         print(f"zhlm-finetune: seed {seed} continues after epoch {done}", flush=True)
     for epoch in range(done + 1, train.epochs + 1):
-        epoch_sums, began = None, time.monotonic()
+        epoch_sums, window, began = None, None, time.monotonic()
         plan = data.train_buckets.plan(train.batch_size, order_rng)
+        first_step = (epoch - 1) * len(plan)  # the steps of each epoch are as many
         batches = tqdm(
             (batching.batch(data.train, rows, train.batch_size, n) for n, rows in plan),
             total=len(plan),
@@ -272,10 +305,16 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
         )
         for i, batch in enumerate(batches, 1):
             state, metrics = trainer.step(state, batch, dropout_key)
-            epoch_sums = sums.add(epoch_sums, metrics)
-            if train.log_every and i % train.log_every == 0:
-                print(f"  seed {seed} epoch {epoch} step {i}: loss {_mean(epoch_sums):.4f}")
-        record = {"epoch": epoch, "train_loss": _mean(epoch_sums)}  # fetched: the epoch is done
+            epoch_sums, window = sums.add(epoch_sums, metrics), sums.add(window, metrics)
+            if train.log_every and (first_step + i) % train.log_every == 0:
+                line = _train_line(window)  # fetched: a log step
+                writer.write(first_step + i, _split(seed), line)
+                batches.write(
+                    f"  seed {seed} epoch {epoch} step {first_step + i}: loss "
+                    f"{line['train_loss']:.4f}, learning rate {line['learning_rate']:.3g}"
+                )
+                window = None
+        record = {"epoch": epoch, **_train_line(epoch_sums)}  # fetched: the epoch is done
         speed = _throughput(data, train.batch_size, time.monotonic() - began)
         improved = False
         if train.eval_every_epoch or epoch == train.epochs:
@@ -285,8 +324,8 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
                 best = dict(scores=scores, epoch=epoch, params=jax.device_get(state["params"]))
                 improved = True
         history.append(record)
-        scalars = {k: v for k, v in record.items() if k != "epoch"}
-        writer.write(epoch, _split(seed), {**scalars, **speed})
+        writer.write(first_step + len(plan), _split(seed), {**record, **speed})
+        scalars = {k: v for k, v in record.items() if k not in ("epoch", "learning_rate")}
         shown = ", ".join(f"{k} {v:.4f}" for k, v in scalars.items() if "/" not in k)
         shown += (
             f" ({speed['examples_per_second']:.0f} examples/s, real tokens "
@@ -315,8 +354,13 @@ def _throughput(data, batch_size: int, seconds: float) -> dict:
     )
 
 
-def _mean(epoch_sums) -> float:
-    return sums.means(jax.device_get(epoch_sums))[f"{LOSS}_loss"]
+def _train_line(window) -> dict:
+    """The mean train loss of a window of steps and the learning rate of its last step."""
+    fetched = jax.device_get(window)
+    return {
+        "train_loss": sums.means(fetched)[f"{LOSS}_loss"],
+        "learning_rate": float(fetched["learning_rate"]),
+    }
 
 
 def _evaluate(params, config, kind, data, trainer) -> tuple[dict, object]:

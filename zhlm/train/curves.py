@@ -1,8 +1,9 @@
 """``curves.png``: a run's ``metrics.jsonl`` drawn, for the person who would rather look than read.
 
 One drawing for both kinds of run, because both write the same lines (``step``, ``split``,
-scalars; ``zhlm.train.metrics.Writer``): pretraining has the splits ``train`` and ``eval`` over
-steps, fine-tuning one split per seed (``seed0``, ``seed1``, ...) over epochs. Three panels: the
+scalars; ``zhlm.train.metrics.Writer``) over steps: pretraining has the splits ``train`` and
+``eval``, fine-tuning one split per seed (``seed0``, ``seed1``, ...), its dev scores at each
+epoch's last step. Three panels: the
 losses, the accuracies and scores, and the learning rate where it was logged. ``zhlm-pretrain``
 and ``zhlm-finetune`` draw it when they finish; ``zhlm-curves --workdir=DIR`` draws it for any
 workdir, also while a run is going.
@@ -34,7 +35,6 @@ def plot(workdir: str) -> str:
     if not lines:
         raise FileNotFoundError(f"{workdir}: {run_files.METRICS} has no lines to draw")
     splits = list(dict.fromkeys(line["split"] for line in lines))
-    unit = "epoch" if all(s.startswith("seed") for s in splits) else "step"
     panels = [(t, [k for k in _keys(lines) if keep(k)]) for t, keep in PANELS]
     panels = [(title, keys) for title, keys in panels if keys]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
@@ -47,7 +47,7 @@ def plot(workdir: str) -> str:
                 if points:
                     xs, ys = zip(*points, strict=True)
                     ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=f"{split} {key}")
-        ax.set(title=title, xlabel=unit)
+        ax.set(title=title, xlabel="step")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")

@@ -231,7 +231,7 @@ def _train(config, workdir: str):
                     _check_finite(previous, step - 1, last_saved)
                 previous, window = m, sums.add(window, m)
                 bar.update(1)
-                if step % train.log_every == 0 or step == train.num_steps:
+                if (train.log_every and step % train.log_every == 0) or step == train.num_steps:
                     line = _log_line(window, time.time() - t0, step - w0, flops, peak)
                     writer.write(step, "train", line)
                     bar.set_postfix(loss=f"{line['loss']:.3f}", refresh=False)
