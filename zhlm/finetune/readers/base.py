@@ -25,6 +25,7 @@ class Reader(abc.ABC):
 
     formats: tuple[str, ...]
     example_type: type
+    takes_label_names = False  # whether config.task.label_names names its labels
 
     @abc.abstractmethod
     def read(self, path, task, require_label: bool = True) -> tuple[Iterator, ReadReport]:
@@ -35,7 +36,8 @@ class Reader(abc.ABC):
     def describe(self, path, task) -> str:
         """For a file of which no record could be read: what it looks like, or the formats
         this reader takes and how to pick one."""
-        return f"format {' or '.join(self.formats)}: pass the one that fits, --config.task.format=NAME"
+        formats = " or ".join(self.formats)
+        return f"format {formats}: pass the one that fits, --config.task.format=NAME"
 
     def examples_from(self, records, task) -> list:
         """Examples of in-memory inputs: each record a dict holding the example class's inputs
