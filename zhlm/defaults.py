@@ -225,6 +225,7 @@ def _task():
             # Empty: from the training file (sorted, numbers numerically; ner: O, then B-/I-
             # per type), printed with counts; evaluation labels outside it are reported.
             labels=(),
+            label_names="",  # a file naming the label ids: class.txt (line i: id i) or labels.json
             scheme="auto",  # ner tag files: auto (detected), bio, iob1, bioes or bmes
             **_text(),
             # Lengths batches are cut to, max_seq_length always last (zhlm.finetune.batching):

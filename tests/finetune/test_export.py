@@ -193,3 +193,61 @@ def test_a_head_of_another_shape_is_trained_fresh(tmp_path):
     _, path = hf_folder(tmp_path, "BertForSequenceClassification", num_labels=3)
     _, _, left_fresh = _ours(path, "classification", num_labels=2)
     assert left_fresh == ["classifier"]
+
+
+@pytest.mark.slow
+def test_a_pair_model_exported_by_zhlm_convert_still_predicts_pairs(workdirs, tmp_path):
+    """zhlm-convert's Hugging Face folder of a pair classifier reads back as a pair classifier
+    (config.json's ``zhlm_task``): zhlm-predict with --text_fields=0,1 and zhlm.pipeline with
+    a tuple give what the workdir gives. A folder without ``zhlm_task`` (written by
+    transformers, or by an older zhlm) reads as before: one text, ``kind="pair"`` for two."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from helpers import DATA, ROOT
+
+    import zhlm
+    from zhlm.finetune.predict import predict
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    hf = tmp_path / "hf_pair"
+    cmd = [sys.executable, "-m", "zhlm.cli.convert", f"--input={workdirs['pair']}"]
+    done = subprocess.run([*cmd, f"--output={hf}"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((hf / "config.json").read_text())["zhlm_task"]["kind"] == "pair"
+    with open(os.path.join(DATA, "lcqmc", "dev.txt"), encoding="utf-8") as f:
+        pairs = [tuple(line.split("\t")[:2]) for line in f.read().splitlines()[:6]]
+    inputs = tmp_path / "pairs.tsv"
+    inputs.write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={hf}", f"--input={inputs}"]
+    cmd += [f"--output={tmp_path / 'hf.jsonl'}", "--text_fields=0,1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith(
+        "6 predictions in " + str(tmp_path / "hf.jsonl") + ", one per input record"
+    )
+    predict(workdirs["pair"], str(inputs), str(tmp_path / "workdir.jsonl"), text_fields=(0, 1))
+    ours, theirs = (
+        [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        for name in ("hf.jsonl", "workdir.jsonl")
+    )
+    assert [(r["text_a"], r["text_b"]) for r in ours] == pairs
+    for a, b in zip(ours, theirs, strict=True):
+        assert a["label"] == b["label"]
+        assert a["probabilities"] == pytest.approx(b["probabilities"], abs=1e-5)
+    from_hf = zhlm.pipeline(str(hf))
+    assert from_hf.inputs == ("text_a", "text_b") and from_hf.task.kind == "pair"
+    result = from_hf(pairs[0])
+    assert result["probabilities"] == pytest.approx(theirs[0]["probabilities"], abs=1e-5)
+
+    older = tmp_path / "older"
+    shutil.copytree(hf, older)
+    config = json.loads((older / "config.json").read_text())
+    del config["zhlm_task"]
+    (older / "config.json").write_text(json.dumps(config))
+    assert zhlm.pipeline(str(older)).inputs == ("text",)
+    as_pair = zhlm.pipeline(str(older), kind="pair")(pairs[0])
+    assert as_pair["probabilities"] == pytest.approx(theirs[0]["probabilities"], abs=1e-5)

@@ -126,3 +126,55 @@ def test_predict_answers_takes_the_best_window(tokenizer):
     start[1, 0] = end[1, 0] = 50.0  # [CLS] is never an answer
     answers = mrc.predict_answers(features, [example], start, end, 20, 30)
     assert answers == {"q": "卯辰"}
+
+
+# ------------------------------------------------------------------- answers not located
+
+
+@pytest.mark.slow
+def test_questions_without_a_located_answer_leave_training_and_stay_in_the_dev_score(tmp_path):
+    """Through the command: a question none of whose answers is in its context is kept (the
+    report says so), left out of training (the run says how many, results.json counts it in
+    ``left_out_of_training``) and still scored against its answer text in the dev set."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    def qa(qid, question, text):
+        return {"id": qid, "question": question, "answers": [{"text": text, "answer_start": 0}]}
+
+    paragraphs = [
+        {"id": "p0", "context": "北京是中国的首都。", "qas": [qa("q0", "首都是哪里？", "北京")]},
+        {"id": "p1", "context": "上海在东部。", "qas": [qa("q1", "哪里在东部？", "广州")]},
+        {"id": "p2", "context": "长江很长。", "qas": [qa("q2", "什么很长？", "长江")]},
+    ]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": paragraphs}]}, indent=1))
+    workdir = tmp_path / "mrc"
+    cmd = [sys.executable, "-m", "zhlm.cli.finetune", f"--workdir={workdir}"]
+    cmd += [f"--config={ROOT}/configs/finetune/cmrc2018.py:tiny", "--config.train.epochs=1"]
+    cmd += [f"--config.task.{key}={path}" for key in ("train_file", "dev_file")]
+    cmd += ["--config.task.holdout=0", "--config.task.max_seq_length=32"]
+    cmd += ["--config.task.doc_stride=16", "--config.task.max_query_length=8"]
+    cmd += ["--config.train.save_best=False", "--config.train.log_every=0"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{path}: 3 records, 0 skipped [answer_not_found=1]" in done.stdout
+    assert (
+        "answer_not_found: '广州' does not occur in its context (answer_start 0): no span to "
+        "train on, still scored (kept)"
+    ) in done.stdout
+    assert (
+        "zhlm-finetune: 1 of 3 training questions left out of training: none of their answers "
+        "is in their context (answer_not_found above); dev questions like them still count in "
+        "the score"
+    ) in done.stdout
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["left_out_of_training"] == 1 and results["train_examples"] == 2
+    assert results["eval_examples"] == 3 and results["skipped"] == {str(path): 0}
+    scored = json.loads((workdir / "eval_set.json").read_text())
+    questions = [q["id"] for a in scored["data"] for p in a["paragraphs"] for q in p["qas"]]
+    assert questions == ["q0", "q1", "q2"]
+    assert set(json.loads((workdir / "predictions_dev.json").read_text())) == set(questions)

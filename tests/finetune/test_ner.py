@@ -575,3 +575,21 @@ def test_a_collapsed_init_is_named_and_the_label_prior_printed(tokenizer, capsys
     p = np.bincount(labels[labels >= 0]) / (labels >= 0).sum()
     p = p[p > 0]
     assert diagnosis["label_prior_loss"] == pytest.approx(-(p * np.log(p)).sum())
+
+
+def test_a_training_file_without_entities_is_refused(tmp_path):
+    """Every tag O: a tagger would learn to say O everywhere (F1 0), so it is refused, as a
+    training set of one class is; one entity in it is enough to train."""
+    from helpers import read_task
+
+    from zhlm import defaults
+
+    sentence = [(c, "O") for c in "今天天气很好"]
+    path = write(tmp_path, "all_o.txt", tagged(*[sentence] * 6))
+    task = defaults.get_finetune_config("tiny").task
+    task.update(kind="ner", format="tagged", labels=(), train_file=path, dev_file=path)
+    with pytest.raises(ValueError, match=r"all_o.txt: every tag of its 6 training sentences is O"):
+        read_task(task)
+    path = write(tmp_path, "one.txt", tagged(*[sentence] * 5, [("北", "B-LOC"), ("京", "I-LOC")]))
+    task.update(labels=(), train_file=path, dev_file=path)
+    assert len(read_task(task)[0]) == 6

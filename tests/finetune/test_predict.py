@@ -1,6 +1,6 @@
 """zhlm-predict on files: records in input order, one per input record, written a chunk at a
 time; a stopped run continues to the same bytes; an output of another input is refused; an
-input that gives no record is an error.
+input that gives no record, or is mostly unreadable, is an error.
 
 The models are random (saved the way zhlm-finetune saves ``best/``): what is under test is the
 file front end, not accuracy. Small chunks make a few hundred records several chunks.
@@ -8,6 +8,7 @@ file front end, not accuracy. Small chunks make a few hundred records several ch
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -146,9 +147,46 @@ def test_an_input_that_gives_no_record_exits_non_zero(workdirs, classifier, tmp_
     assert not out.exists()
     empty = tmp_path / "empty.tsv"
     empty.write_text("")
-    with pytest.raises(ValueError, match=r"empty.tsv: no record .*\(it holds none\); the file is"):
+    with pytest.raises(ValueError, match=r"empty.tsv is empty \(0 bytes\): give a file with rec"):
         predict_file(classifier, str(empty), str(out))
     assert not out.exists()
+
+
+def _binary_lines(count, seed=0):
+    """``count`` lines of random bytes above ASCII: what a binary file is read as."""
+    rng = random.Random(seed)
+    return [bytes(rng.randrange(128, 256) for _ in range(110)) for _ in range(count)]
+
+
+def test_a_mostly_unreadable_input_is_refused_before_any_prediction(workdirs, tmp_path):
+    """A 5 kB binary file whose lines but two do not decode: training's rule (more records
+    unreadable than read is refused), through the command, and nothing written."""
+    lines = _binary_lines(41)
+    lines[3:3] = ["很好\t1".encode()]  # the run's layout: a headerless TSV has a label last
+    lines[20:20] = ["太差\t0".encode()]
+    path = tmp_path / "binary.tsv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "out.jsonl"
+    status, last = _command(workdirs["classification"], path, out)
+    assert status != 0 and not out.exists()
+    assert last.startswith(
+        f"zhlm-predict: {path}: mostly unreadable as format tsv (41 records unreadable, 2 read): "
+        "the file looks like: neither UTF-8 nor GBK text"
+    ), last
+
+
+def test_an_input_that_turns_unreadable_stops_before_that_chunk(classifier, tmp_path):
+    """The rule is asked before each chunk is written: the chunks of the readable start are
+    kept (as a stopped run's), the chunk where the input turned mostly unreadable is not
+    written, and the same command stops there again."""
+    reviews = _lines(tmp_path / "reviews.tsv", 100)
+    path = tmp_path / "tail.tsv"
+    path.write_bytes(open(reviews, "rb").read() + b"\n".join(_binary_lines(300)) + b"\n")
+    out = tmp_path / "out.jsonl"
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"mostly unreadable as format tsv \(300 records unr"):
+            predict_file(classifier, str(path), str(out), chunk=CHUNK)
+        assert _ids(out) == [f"tail.tsv:{i}" for i in range(2, 2 + CHUNK)]
 
 
 def test_a_table_named_txt_is_reported_line_by_line_as_plain_text(workdirs, tmp_path):

@@ -444,6 +444,24 @@ def test_labels_in_another_column_name_it(tmp_path):
         read_task(task_config(path))
 
 
+def test_a_header_whose_names_are_swapped_proposes_the_other_mapping(tmp_path):
+    """The header says ``label`` over the texts: the hint goes by what the columns hold, not by
+    the name that was just read."""
+    rows = "".join(f"这是第{i}条很长很长很长很长很长的评论内容\t{i % 2}\n" for i in range(12))
+    path = write(tmp_path, "swapped.tsv", "label\ttext_a\n" + rows)
+    with pytest.raises(ValueError) as error:
+        read_task(task_config(path, labels=BINARY))
+    assert "column 'text_a' looks like labels (2 values: 0, 1)" in str(error.value)
+    assert str(error.value).endswith(
+        "try --config.task.format=tsv --config.task.text_fields=label "
+        "--config.task.label_field=text_a"
+    )
+    with pytest.raises(ValueError) as error:  # labels inferred: one per row
+        read_task(task_config(path))
+    assert "12 distinct labels in 12 records" in str(error.value)
+    assert "--config.task.text_fields=label --config.task.label_field=text_a" in str(error.value)
+
+
 def test_a_gbk_file_is_named_as_not_utf8(tmp_path):
     path = write(
         tmp_path, "gbk.txt", "".join(f"第{i}条新闻\t{i % 2}\n" for i in range(12)).encode("gbk")

@@ -5,7 +5,11 @@ Why streamed: inputs to predict can be far larger than a dev set, and a long run
 So the input is read, predicted and written :data:`CHUNK` records at a time
 (:func:`zhlm.finetune.task_files.stream_file` → :meth:`TaskModel.predict` → the output), each chunk
 appended and flushed to disk (``fsync``) before the next is read: memory is bounded by the chunk
-whatever the file's size, and a stopped run leaves every finished record on disk. The records
+whatever the file's size, and a stopped run leaves every finished record on disk. Before a
+chunk is written the input so far must be mostly readable, training's rule
+(:func:`~zhlm.finetune.task_files.check_readable`): a binary file or one of another format is
+refused before its first prediction, not answered with predictions of the few lines that
+happened to decode. The records
 (:mod:`zhlm.finetune.task_model`) are one line per input record, in input order, each with the
 record's ``id`` and its inputs; this module knows nothing of task kinds.
 
@@ -38,6 +42,7 @@ import shutil
 import tempfile
 
 from zhlm import paths
+from zhlm.errors import UserError
 from zhlm.finetune import task_files
 from zhlm.finetune.task_model import TaskModel
 
@@ -93,6 +98,7 @@ def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CH
     written = done.count
     with _Appender(output) as out, tqdm(unit="input", desc="zhlm-predict") as bar:
         for examples_chunk in _chunks(examples, chunk):
+            _check_readable(model, input_file, report)
             records = model.predict(examples_chunk)
             out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
             written += len(records)
@@ -101,6 +107,18 @@ def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CH
     if not written:
         raise task_files.no_records(model.kind, model.task, input_file, report)
     return written
+
+
+def _check_readable(model: TaskModel, input_file: str, report) -> None:
+    """Training's rule for the input read so far (``task_files.check_readable``), asked before
+    each chunk is written: an input that is mostly unreadable from its start (another format,
+    a binary file) is refused before any prediction is written; one that turns so later stops
+    there, the predictions of its readable part kept, as a stopped run's are."""
+    try:
+        task_files.check_readable(model.kind, model.task, input_file, report)
+    except UserError:
+        print(report.summary(), flush=True)
+        raise
 
 
 def _chunks(iterable, size: int):

@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
+from zhlm.errors import UserError
 from zhlm.finetune.readers import tables
+from zhlm.finetune.readers.report import MALFORMED_LINE
 
 # ------------------------------------------------------------------------------ reading
 
@@ -40,6 +42,16 @@ def check_task(kind, task) -> None:
             f"config.task.text_fields/label_field: format {task.format!r} has fixed fields "
             f"(they apply to {', '.join(tables.FORMATS)})"
         )
+    if any(not isinstance(label, str) for label in task.labels):
+        raise UserError(
+            f"config.task.labels={tuple(task.labels)}: labels are strings, as the file writes "
+            f'them: --config.task.labels="{_spelled(task.labels)}"'
+        )
+    if task.label_names and not kind.reader.takes_label_names:
+        raise UserError(
+            f"config.task.label_names={task.label_names}: kind {task.kind} has no label ids to "
+            "name (classification and pair tables do): leave it empty"
+        )
     if not 0.0 <= task.holdout < 1.0:
         raise ValueError(f"config.task.holdout={task.holdout} must be in [0, 1)")
     if not task.train_file:
@@ -53,16 +65,41 @@ def check_task(kind, task) -> None:
         raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
 
 
+def _spelled(labels) -> str:
+    """``labels`` as a tuple of strings written for the command line: ``('0','1')``."""
+    items = ",".join(f"'{label}'" for label in labels)
+    return f"({items},)" if len(labels) == 1 else f"({items})"
+
+
 def read_file(kind, task, path: str, require_label: bool = True):
     """``(examples, report)`` of one file through the kind's reader; the report (every bad
-    record with file and line) is printed, once. A file of which no record could be read
-    fails with what the file looks like and the flags that would read it."""
+    record with file and line) is printed, once. A file of which no record could be read, or
+    most of whose records could not (:func:`check_readable`), fails with what the file looks
+    like and the flags that would read it."""
     examples, report = stream_file(kind, task, path, require_label)
     examples = list(examples)
     print(report.summary(), flush=True)
     if not examples:
         raise no_records(kind, task, path, report)
+    check_readable(kind, task, path, report)
     return examples, report
+
+
+def check_readable(kind, task, path: str, report) -> None:
+    """Refuses a file more of whose records are unreadable (``malformed_line``: not UTF-8,
+    another number of fields, not JSON) than read, so far: such a file is another format, or
+    not text (a binary file yields a few lines that happen to decode), and what it gave would
+    train or predict on garbage. Training asks once the file is read (:func:`read_file`);
+    prediction before each chunk is written (``zhlm.finetune.predict``), so such a file gets
+    no prediction past the point where it was found out, none at all when it is so from its
+    start."""
+    unreadable = sum(issue.dropped and issue.kind == MALFORMED_LINE for issue in report.issues)
+    if unreadable <= report.records:
+        return
+    raise UserError(
+        f"{path}: mostly unreadable as format {task.format} ({unreadable} records unreadable, "
+        f"{report.records} read): {kind.reader.describe(path, task)}"
+    )
 
 
 def stream_file(kind, task, path: str, require_label: bool = True):
@@ -73,17 +110,15 @@ def stream_file(kind, task, path: str, require_label: bool = True):
     return kind.reader.read(path, task, require_label)
 
 
-def no_records(kind, task, path: str, report) -> ValueError:
+def no_records(kind, task, path: str, report) -> UserError:
     """The error for a file that gave no record: what was found, and what would read it."""
-    counts = ", ".join(f"{issue}={n}" for issue, n in sorted(report.counts.items()))
-    found = f" ({counts})" if counts else " (it holds none)"
     if os.path.isfile(path) and not os.path.getsize(path):
-        hint = "the file is empty: give one with records"
-    elif not report.issues:
-        hint = "it has no records (a header alone?): give a file with records"
-    else:
-        hint = kind.reader.describe(path, task)
-    return ValueError(f"{path}: no record could be read as format {task.format}{found}; {hint}")
+        return UserError(f"{path} is empty (0 bytes): give a file with records")
+    if not report.issues:
+        return UserError(f"{path} holds no records (a header alone?): give a file with records")
+    counts = ", ".join(f"{issue}={n}" for issue, n in sorted(report.counts.items()))
+    hint = kind.reader.describe(path, task)
+    return UserError(f"{path}: no record could be read as format {task.format} ({counts}); {hint}")
 
 
 def _check_exists(task, path: str) -> None:
@@ -93,7 +128,7 @@ def _check_exists(task, path: str) -> None:
             f"{path}: no such folder (format datasets reads a save_to_disk folder)"
         )
     if not folder and os.path.isdir(path):
-        raise ValueError(f"{path} is a folder: give the file in it to read")
+        raise UserError(f"{path} is a folder: give the file in it to read")
     if not folder and not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
 

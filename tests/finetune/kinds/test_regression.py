@@ -74,7 +74,7 @@ def test_scores_from_json_numbers_and_a_named_column(tmp_path):
 
 def test_a_label_set_keeps_its_message():
     report = tables.ReadReport("x")
-    assert tables._check_label("2", ["0", "1"], True, report, 7) is tables._SKIP
+    assert tables._LabelReader(["0", "1"], True, None, report, None)("2", 7) is tables._SKIP
     assert report.issues[0].message == "label '2' not in ['0', '1']"
     assert "3.5" in NUMBERS and "-1e3" in NUMBERS and "inf" not in NUMBERS and "" not in NUMBERS
 

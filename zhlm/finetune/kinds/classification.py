@@ -7,7 +7,9 @@ serves both: a pair differs only in reading two texts (``texts=2``), so it is re
 
 Labels: an empty ``task.labels`` becomes the training file's labels (numbers in numeric order,
 else sorted), written back into ``task`` so that the head, the metrics and the saved config see
-one order; evaluation labels outside it are reported as ``unknown_label``.
+one order; evaluation labels outside it are reported as ``unknown_label``. With
+``task.label_names`` (a file naming the ids) the labels are the names, in that file's order
+(:mod:`zhlm.finetune.readers.labels`), so results, predictions and exports name the classes.
 
 The numerics are ``BertForSequenceClassification``'s (dropout on the pooled output, a Dense,
 cross-entropy), which the Hugging Face parity tests check.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import decimal
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -30,6 +33,7 @@ from zhlm.finetune.kinds.windows import special_ids, truncate_pair
 from zhlm.finetune.metrics.classes import class_scores
 from zhlm.finetune.readers import sniff
 from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.labels import LabelNames, number_spelling
 from zhlm.finetune.readers.tables import TableReader
 from zhlm.models import Model
 from zhlm.models.layers import dense
@@ -65,7 +69,10 @@ class Classification(TaskKind):
     def settle(self, task, train):
         counts = collections.Counter(e.label for e in train)
         given = bool(task.labels)
-        if not given:
+        names = LabelNames.read(task.label_names) if task.label_names else None
+        if names is not None:  # the reader has named every label: the classes are the names
+            task.labels = names.given(task.labels) if given else tuple(names.names.values())
+        if not given and names is None:
             found = sorted(counts, key=_label_order)
             if len(train) >= 10 and len(found) > len(train) / 2:
                 looks = sniff.describe(task.train_file, self.reader.texts)
@@ -77,8 +84,12 @@ class Classification(TaskKind):
             task.labels = tuple(found)
         shown = ", ".join(f"{label} ({counts[label]})" for label in task.labels)
         how = "config.task.labels" if given else "inferred, in this order"
+        if names is not None:
+            how = (
+                f"{how}, named by {names.path}" if given else f"named by {names.path}, in its order"
+            )
         print(f"zhlm-finetune: labels of {task.train_file} ({how}): {shown}", flush=True)
-        if not given:
+        if not given and names is None:
             _warn_rare(task.train_file, train, counts)
 
     def holdout(self, example):
@@ -131,7 +142,9 @@ class Classification(TaskKind):
 
 
 def _label_order(label: str):
-    return (0, int(label), "") if label.lstrip("-").isdigit() else (1, 0, label)
+    """Numbers first, in numeric order, then the other labels sorted."""
+    number = number_spelling(label)
+    return (0, decimal.Decimal(number), "") if number is not None else (1, 0, label)
 
 
 def classification_features(

@@ -25,6 +25,7 @@ class Reader(abc.ABC):
 
     formats: tuple[str, ...]
     example_type: type
+    takes_label_names = False  # whether config.task.label_names names its labels
 
     @abc.abstractmethod
     def read(self, path, task, require_label: bool = True) -> tuple[Iterator, ReadReport]:

@@ -134,14 +134,18 @@ def _parquet(path) -> str:
 def _fields(fmt: str, keys: list, rows: list[dict], n_texts: int) -> str:
     """Where the label seems to be, and the flags that would read the file so."""
     named = [k for k in keys if isinstance(k, str)]
-    label = first_column(named, LABEL_NAMES) or label_column(keys, rows)
+    label = first_column(named, LABEL_NAMES)
+    if label is None or not _looks_like_labels([r.get(label) for r in rows]):
+        # By content: a header whose names are swapped must not send the user back to them.
+        label = label_column(keys, rows)
     if label is None:
         return f"; no column looks like labels: try --config.task.format={fmt} and name them"
     values = sorted({str(r[label]) for r in rows if label in r})
     texts = default_texts(named, label, n_texts) if named else ()
-    texts = texts or [k for k in keys if k != label and str(k).lower() not in ("id", "idx", "qid")]
+    if not texts or label in texts:
+        texts = [k for k in keys if k != label and str(k).lower() not in ("id", "idx", "qid")]
     text_flag = ",".join(str(k) for k in texts[:n_texts])
-    shown = ", ".join(values[:8]) + (", ..." if len(values) > 8 else "")
+    shown = ", ".join(_short(v) for v in values[:8]) + (", ..." if len(values) > 8 else "")
     return (
         f"; column {label!r} looks like labels ({len(values)} values: {shown}); try "
         f"--config.task.format={fmt} --config.task.text_fields={text_flag} "
@@ -154,11 +158,21 @@ def label_column(keys: list, rows: list[dict]):
     best = None
     for key in keys:
         values = [str(r[key]) for r in rows if r.get(key) is not None]
-        if not values:
+        if not _looks_like_labels(values):
             continue
-        distinct = len(set(values))
-        mean_length = sum(map(len, values)) / len(values)
-        if distinct <= max(2, len(values) // 3) and mean_length <= 16:
-            score = (distinct, mean_length)
-            best = min(best, (score, key), key=lambda s: s[0]) if best else (score, key)
+        score = (len(set(values)), sum(map(len, values)) / len(values))
+        best = min(best, (score, key), key=lambda s: s[0]) if best else (score, key)
     return None if best is None else best[1]
+
+
+def _looks_like_labels(values: list) -> bool:
+    """Whether a column's values are few distinct short ones, as labels are."""
+    values = [str(v) for v in values if v is not None]
+    if not values:
+        return False
+    distinct = len(set(values))
+    return distinct <= max(2, len(values) // 3) and sum(map(len, values)) / len(values) <= 16
+
+
+def _short(value: str, limit: int = 20) -> str:
+    return value if len(value) <= limit else value[:limit] + "..."

@@ -140,7 +140,10 @@ def _locate(answer: dict, context: str, line: int, report: ReadReport) -> MrcAns
             message = f"{_short(text)}: answer_start {start} -> {best} ({len(found)} found)"
             report.add(ANSWER_REPAIRED, line, message, dropped=False)
             return MrcAnswer(candidate, best)
-    message = f"{_short(text)} does not occur in its context (answer_start {start})"
+    message = (
+        f"{_short(text)} does not occur in its context (answer_start {start}): no span to train "
+        "on, still scored"
+    )
     report.add(ANSWER_NOT_FOUND, line, message, dropped=False)
     return MrcAnswer(text, None)
 

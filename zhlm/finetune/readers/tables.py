@@ -32,10 +32,13 @@ import math
 import os
 from collections.abc import Container, Iterator, Sequence
 
+from zhlm.errors import UserError
 from zhlm.finetune.readers import sniff
 from zhlm.finetune.readers.base import Reader
+from zhlm.finetune.readers.labels import LabelNames, Spelling
 from zhlm.finetune.readers.report import (
     EMPTY_TEXT,
+    LABEL_RESPELLED,
     MALFORMED_LINE,
     MISSING_FIELD,
     NO_GOLD_LABEL,
@@ -116,13 +119,17 @@ def iter_table(
     label_field: str | int = "",
     labels: Container[str] | None = None,
     require_label: bool = True,
+    names: LabelNames | None = None,
 ) -> tuple[Iterator[SentenceExample | PairExample], ReadReport]:
     """Examples of one file as its rows are read (see the module docstring), ``texts`` texts
     each (1: sentences, 2: pairs), and the report, complete once they are. ``labels=None``
     accepts any label; ``labels`` need only answer ``in`` and say what they are when printed (a
-    regression's are every number, not a list). A headerless file without fields given has the
-    label last. The header and the fields are settled here, before the first example, so a
-    layout that does not fit fails at once."""
+    regression's are every number, not a list, and are read as written); a sequence of them
+    also says how a number is spelled (:class:`~zhlm.finetune.readers.labels.Spelling`).
+    ``names`` (a label-names file) turns each label id into its name before ``labels`` are
+    asked. A headerless file without fields given has the label last. The header and the
+    fields are settled here, before the first example, so a layout that does not fit fails at
+    once."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ReadReport(os.fspath(path))
@@ -140,18 +147,19 @@ def iter_table(
     else:
         layout = _layout(path, columns, texts, label, default, n_texts, require_label)
     example = PairExample if n_texts == 2 else SentenceExample
-    examples = _examples(path, fmt, rows, columns, layout, labels, require_label, example, report)
+    label_reader = _LabelReader(labels, require_label, names, report, layout.label)
+    examples = _examples(path, fmt, rows, columns, layout, label_reader, example, report)
     return counted(examples, report), report
 
 
-def _examples(path, fmt, rows, columns, layout, labels, require_label, example, report):
+def _examples(path, fmt, rows, columns, layout, label_reader, example, report):
     for line, row in rows:
         if fmt in DELIMITERS:
             row = fields_row(row, columns, layout, fmt, report, line)
             if row is None:
                 continue
         value = row.get(layout.label) if layout.label is not None else None
-        label_text = _check_label(value, labels, require_label, report, line, layout.label)
+        label_text = label_reader(value, line)
         if label_text is _SKIP or not _nonempty(row, layout.texts, report, line):
             continue
         key = str(row["id"]) if isinstance(row.get("id"), (str, int)) else guid(path, line)
@@ -223,29 +231,63 @@ def _column(path, columns: list[str], field: str | int) -> str:
 
 # ---------------------------------------------------------------------------------- checks
 
-# Returned by _check_label for a record that must be skipped (None means "no label, keep").
+# Returned by _LabelReader for a record that must be skipped (None means "no label, keep").
 _SKIP = object()
 
 
-def _check_label(value, labels, require_label, report, line, key="label"):
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # parquet columns with gaps hold 1.0 for 1
-    if value is None or (isinstance(value, str) and not value.strip()) or value != value:
-        if require_label:
-            report.add(MISSING_FIELD, line, f"no {_name(key)}")
+class _LabelReader:
+    """``reader(value, line)``: a record's label as text (see :func:`iter_table`), None for a
+    record to predict without one, or :data:`_SKIP` for a record left out (reported)."""
+
+    def __init__(self, labels, require_label, names, report, key):
+        self.labels, self.require_label, self.names = labels, require_label, names
+        self.report, self.key = report, key
+        given = labels if isinstance(labels, Sequence) and names is None else ()
+        # A regression's scores are read as written; so are labels of inputs to predict.
+        self.spelling = None if labels is NUMBERS or not require_label else Spelling(given)
+        self.respelled: set[str] = set()  # each respelling is reported once
+
+    def __call__(self, value, line):
+        name, report = _name(self.key), self.report
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # parquet columns with gaps hold 1.0 for 1
+        if value is None or (isinstance(value, str) and not value.strip()) or value != value:
+            if self.require_label:
+                report.add(MISSING_FIELD, line, f"no {name}")
+                return _SKIP
+            return None
+        label = str(value).strip()
+        if label == _NO_GOLD:
+            if self.require_label:
+                report.add(NO_GOLD_LABEL, line, f"{name} '-': annotators did not agree")
+                return _SKIP
+            return None
+        label = self._spelled(label, line)
+        if self.names is not None:
+            label = self._named(label, line)
+        if self.labels is not None and label not in self.labels:
+            labels = self.labels
+            shown = list(labels) if isinstance(labels, Sequence) else labels
+            report.add(UNKNOWN_LABEL, line, f"{name} {label!r} not in {shown}")
             return _SKIP
-        return None
-    label = str(value).strip()
-    if label == _NO_GOLD:
-        if require_label:
-            report.add(NO_GOLD_LABEL, line, f"{_name(key)} '-': annotators did not agree")
-            return _SKIP
-        return None
-    if labels is not None and label not in labels:
-        shown = list(labels) if isinstance(labels, Sequence) else labels
-        report.add(UNKNOWN_LABEL, line, f"{_name(key)} {label!r} not in {shown}")
-        return _SKIP
-    return label
+        return label
+
+    def _spelled(self, label: str, line: int) -> str:
+        spelled = label if self.spelling is None else self.spelling(label)
+        if spelled != label and label not in self.respelled:
+            self.respelled.add(label)
+            message = f"{label!r} read as {spelled!r}: equal numbers are one label"
+            self.report.add(LABEL_RESPELLED, line, f"{_name(self.key)} {message}", dropped=False)
+        return spelled
+
+    def _named(self, label: str, line: int) -> str:
+        name = self.names.name(label)
+        if name is None:
+            raise UserError(
+                f"{self.report.path}:{line}: label {label!r} has no name in {self.names.path} "
+                f"(it names {self.names.describe()}): give the names file of this data"
+            )
+        return name
 
 
 def _nonempty(row: dict, names: Sequence, report: ReadReport, line: int) -> bool:
@@ -281,12 +323,21 @@ class TableReader(Reader):
     def example_type(self) -> type:
         return PairExample if self.texts == 2 else SentenceExample
 
+    @property
+    def takes_label_names(self) -> bool:
+        return not self.scores
+
     def read(self, path, task, require_label=True):
+        names = None
         if self.scores:
             labels = NUMBERS
-        else:  # empty: any; inputs to predict are not checked (their labels are not read)
-            labels = list(task.labels) or None if require_label else None
-        fields = (task.text_fields, task.label_field, labels, require_label)
+        elif not require_label:  # inputs to predict: their labels (and names) are not read
+            labels = None
+        else:  # empty: any
+            names = LabelNames.read(task.label_names) if task.label_names else None
+            labels = list(task.labels) or None
+            labels = names.given(labels) if names and labels else labels
+        fields = (task.text_fields, task.label_field, labels, require_label, names)
         return iter_table(path, task.format, self.texts, *fields)
 
     def describe(self, path, task):

@@ -17,6 +17,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from zhlm.convert import layout
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import Export, TaskKind, cross_entropy, entropy
 from zhlm.finetune.kinds.classification import SequenceClassifier
 from zhlm.finetune.kinds.ner import features as ner_features
@@ -50,6 +51,16 @@ class Ner(TaskKind):
                 f"zhlm-finetune: tags from {task.train_file}: {', '.join(task.labels)}",
                 flush=True,
             )
+
+    def training_examples(self, task, train):
+        """The training sentences; refused when none has an entity: a tagger trained on ``O``
+        alone predicts ``O`` everywhere (F1 0), as a one-class classifier would."""
+        if train and not any(tag != "O" for e in train for tag in e.tags):
+            raise UserError(
+                f"{task.train_file}: every tag of its {len(train)} training sentences is O; a "
+                "tagger needs entities to learn: check the tag column (char<TAB>tag, B-/I- tags)"
+            )
+        return train
 
     def featurize(self, examples, tokenizer, task, training):
         # Evaluation and prediction tolerate tags the training file lacked (left out of the
