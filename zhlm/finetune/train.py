@@ -221,12 +221,18 @@ def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
 
 
 def encoder(trainer: step.Trainer):
-    """``(params, batch) -> [B,S,H]``: the encoder's sequence output, no dropout; ``params`` need
-    only the embeddings and the encoder (a pretrained tree, without a task head, will do)."""
+    """``(params, batch) -> [..., S, H]``: the encoder's sequence output, no dropout, for inputs
+    of any leading shape (a multiple-choice batch is [B, C, S]: its options go through the
+    encoder as [B*C, S], as its model sends them); ``params`` need only the embeddings and the
+    encoder (a pretrained tree, without a task head, will do)."""
 
     def encode(params, batch):
         params = {k: params[k] for k in ("embeddings", "encoder")}
-        return trainer.model.apply({"params": params}, *_inputs(batch), True, method="encode")
+        inputs = _inputs(batch)
+        shape = inputs[0].shape
+        flat = [x.reshape(-1, shape[-1]) for x in inputs]
+        out = trainer.model.apply({"params": params}, *flat, True, method="encode")
+        return out.reshape(*shape, out.shape[-1])
 
     jitted = jax.jit(encode)
 
