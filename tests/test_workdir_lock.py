@@ -1,7 +1,9 @@
 """One run per workdir (``zhlm.workdir_lock``): a second run is refused with the holder named,
 a lock left by a gone process is taken over with a warning, the lock is released at exit and on
 an exception, the same on cloud storage (fsspec's memory file system standing in for GCS), and
-two ``zhlm-pretrain`` commands on one workdir: the second stops, the first is unharmed."""
+two ``zhlm-pretrain`` commands on one workdir: the second stops, the first is unharmed. A run
+whose lock another run took over stops before its next write, what it saved whole; a file given
+as the workdir is said to be one."""
 
 import datetime
 import json
@@ -205,3 +207,118 @@ def test_a_second_command_on_a_workdir_in_use_stops_and_the_first_is_unharmed(tm
     with open(workdir / "config.json") as f:
         assert json.load(f)["train"]["num_steps"] == 12
     assert not os.path.exists(lock_file(workdir))
+
+
+def test_a_file_as_workdir_is_refused_as_a_file(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a folder")
+    with pytest.raises(workdir_lock.WorkdirLocked) as refused:
+        with workdir_lock.hold(notes, "zhlm-pretrain"):
+            pass
+    assert str(refused.value) == (
+        f"--workdir {notes} is a file, not a folder: give a folder (new or existing)"
+    )
+    with pytest.raises(workdir_lock.WorkdirLocked, match=f"is in {notes}, a file, not a folder"):
+        with workdir_lock.hold(notes / "run", "zhlm-pretrain"):
+            pass
+    assert notes.read_text() == "not a folder"
+
+
+def test_a_file_as_workdir_is_one_line_from_the_command(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a folder")
+    cmd = [sys.executable, "-m", "zhlm.cli.finetune", "--config=finetune/chnsenticorp:tiny"]
+    cmd += [f"--workdir={notes}", f"--config.task.train_file={notes}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"zhlm-finetune: --workdir {notes} is a file, not a folder: give a folder (new or existing)"
+    ]
+
+
+def _take_over(workdir):
+    """Another run takes the lock over (as after this one's heartbeat stalled for 5 min); waits
+    until this run's heartbeat has seen it."""
+    put_lock(workdir, dict(read_lock(workdir), token="theirs", pid=1, command="zhlm-other"))
+    time.sleep(0.5)
+
+
+def test_a_lost_lock_stops_the_holder_at_its_next_check(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.05)
+    with pytest.raises(workdir_lock.WorkdirLost) as stopped:
+        with workdir_lock.hold(tmp_path, "zhlm-pretrain") as held:
+            held.check()  # still this run's
+            _take_over(tmp_path)
+            held.check()
+    message = str(stopped.value)
+    assert f"workdir {tmp_path} was taken over by zhlm-other (pid 1" in message
+    assert "stopped so that the two runs do not mix their files" in message
+    assert "\n" not in message
+    assert read_lock(tmp_path)["token"] == "theirs"  # left to the new holder
+    assert "now belongs to" not in caplog.text  # said once, by the error
+
+
+@pytest.mark.slow
+def test_pretraining_that_lost_its_lock_stops_before_its_next_write(tmp_path, monkeypatch):
+    from zhlm.data import loader
+    from zhlm.train import checkpoint
+    from zhlm.train.loop import train_and_evaluate
+
+    corpus = os.path.join(ROOT, "zhlm", "resources", "peoples_daily_199801_sample.txt")
+    text = open(corpus, encoding="utf-8").read()
+    (tmp_path / "corpus.txt").write_text(text[: text.index("\n\n", 30_000) + 2], "utf-8")
+    config = load_config("bert", "tiny")
+    config.data.input = (str(tmp_path / "corpus.txt"),)
+    config.data.max_seq_length = 64
+    config.train.update(batch_size=8, num_steps=8, log_every=1, eval_every=0, checkpoint_every=4)
+    config.optim.warmup_steps = 2
+    workdir = tmp_path / "run"
+    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.05)
+    original = loader.Loader.__next__
+
+    def next_batch(self):
+        if self.sampler.step == 5:  # the batch of step 6, after checkpoint 4
+            _take_over(workdir)
+        return original(self)
+
+    monkeypatch.setattr(loader.Loader, "__next__", next_batch)
+    with pytest.raises(workdir_lock.WorkdirLost, match="was taken over by zhlm-other"):
+        train_and_evaluate(config, str(workdir))
+    assert [line["step"] for line in metrics.read(str(workdir))] == [1, 2, 3, 4, 5]
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["4"]
+    assert checkpoint.load(str(workdir)).description.endswith("(step 4)")  # whole
+    assert read_lock(workdir)["token"] == "theirs"
+
+
+@pytest.mark.slow
+def test_fine_tuning_that_lost_its_lock_stops_before_its_next_write(tmp_path, monkeypatch):
+    from helpers import load_task
+
+    from zhlm.finetune import progress as progress_lib
+    from zhlm.finetune.train import finetune
+
+    rows = [(str(i % 2), ("好评" if i % 2 else "差评") + f"第{i}条") for i in range(24)]
+    path = tmp_path / "reviews.tsv"
+    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in rows), "utf-8")
+    config = load_task("chnsenticorp", shared=False)
+    config.unlock()
+    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=16)
+    config.task.length_buckets = (16,)
+    config.train.update(epochs=2, seeds=1, batch_size=8, log_every=0)
+    workdir = tmp_path / "run"
+    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.05)
+    save_epoch = progress_lib.Progress.save_epoch
+
+    def then_taken_over(self, *args, **kwargs):
+        save_epoch(self, *args, **kwargs)
+        _take_over(workdir)
+
+    monkeypatch.setattr(progress_lib.Progress, "save_epoch", then_taken_over)
+    with pytest.raises(workdir_lock.WorkdirLost, match="was taken over by zhlm-other"):
+        finetune(config, None, str(workdir))
+    assert [line["step"] for line in metrics.read(str(workdir), None)] == [1]  # not epoch 2
+    kept = json.loads((workdir / "progress" / "progress.json").read_text())
+    assert kept["current"]["epoch"] == 1
+    assert sorted(os.listdir(workdir / "progress")) == ["best-0-1", "progress.json", "state-0-1"]
+    assert not (workdir / "results.json").exists()
+    assert read_lock(workdir)["token"] == "theirs"

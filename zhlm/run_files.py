@@ -41,6 +41,15 @@ def is_params_checkpoint(folder) -> bool:
     return path(folder, CONFIG).is_file() and path(folder, PARAMS).is_dir()
 
 
+def finetuned_params(folder) -> str:
+    """``folder`` when it is a parameter checkpoint, its ``best/`` when that is one (a finished
+    fine-tuning workdir), else ""."""
+    if is_params_checkpoint(folder):
+        return str(folder)
+    best = path(folder, BEST)
+    return str(best) if is_params_checkpoint(best) else ""
+
+
 def is_pretraining(folder) -> bool:
     return path(folder, CHECKPOINTS).is_dir()
 

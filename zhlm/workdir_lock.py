@@ -17,9 +17,10 @@ its process is not running (or the host has restarted since); on another host, i
 no heartbeat for :data:`STALE_AFTER_SECONDS` (5 minutes, ten missed beats). Takeovers go one
 at a time through a short-lived guard object (``lock.json.takeover``), so two runs finding
 the same stale lock cannot both take it. A holder on another host frozen for longer than the
-stale time can lose its lock to a new run; its heartbeat then logs an error instead of
-writing over the new holder's lock. To clear a lock by hand, delete ``lock.json`` once no run
-uses the workdir.
+stale time can lose its lock to a new run; its heartbeat then stops writing and marks the lock
+lost, and the run's next :meth:`Held.check` (the loops call it before they write) stops it with
+:class:`WorkdirLost`, so that two runs never mix their files; what it saved before is whole. To
+clear a lock by hand, delete ``lock.json`` once no run uses the workdir.
 
 Multi-host: the lock is per run. Process 0 takes it and broadcasts the outcome, so every
 process of a run proceeds together or stops with process 0's message; only process 0 writes
@@ -52,6 +53,10 @@ _MESSAGE_BYTES = 1024  # process 0's refusal as broadcast to the other processes
 
 class WorkdirLocked(RuntimeError):
     """Another run holds the workdir, or its lock cannot be read or taken."""
+
+
+class WorkdirLost(WorkdirLocked):
+    """Another run took this run's lock over while it ran: it must stop writing there."""
 
 
 class _LocalFile:
@@ -210,6 +215,7 @@ class _Lock:
         )
         self._stop = threading.Event()
         self._beating = None
+        self.lost = ""  # set by the heartbeat: who took the lock over, when it saw it
 
     def _data(self) -> bytes:
         return json.dumps(self.fields, indent=1).encode()
@@ -276,14 +282,10 @@ class _Lock:
     def _beat(self):
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                if not self._mine(_decode(self.file.read())):
-                    logging.error(
-                        "the lock %s was taken over by another run (this one sent no "
-                        "heartbeat for %.0f s): stop one of them",
-                        self.path,
-                        STALE_AFTER_SECONDS,
-                    )
-                    return
+                holder = _decode(self.file.read())
+                if not self._mine(holder):
+                    self.lost = _describe(holder) if holder else "a run that has since let it go"
+                    return  # never write over the new holder's lock
                 self.fields["heartbeat"] = _now()
                 self.file.overwrite(self._data())
             except Exception as e:  # storage unavailable for a while: try again next beat
@@ -296,8 +298,32 @@ class _Lock:
         holder = _decode(self.file.read())
         if self._mine(holder):
             self.file.remove()
-        elif holder is not None:
+        elif holder is not None and not self.lost:  # a lost lock was reported by check()
             logging.warning("%s now belongs to %s: left in place", self.path, _describe(holder))
+
+
+class Held:
+    """The lock as the run that holds it sees it (what :func:`hold` yields)."""
+
+    def __init__(self, workdir, lock: _Lock | None):
+        self.workdir, self._lock = workdir, lock
+
+    def check(self) -> None:
+        """Raises :class:`WorkdirLost`, one line, once another run has taken this run's lock
+        over (the heartbeat saw it). Cheap on one process; a multi-process run agrees on process
+        0's answer, so every process must call it at the same point."""
+        lost = self._lock.lost if self._lock is not None else ""
+        refusal = ""
+        if lost:
+            refusal = (
+                f"workdir {self.workdir} was taken over by {lost} while this run held it (its "
+                f"heartbeat was late by over {STALE_AFTER_SECONDS / 60:.0f} min): stopped so "
+                "that the two runs do not mix their files, what was saved is whole; stop one "
+                "run, then run the same command again to continue"
+            )
+        refusal = _agree(refusal)
+        if refusal:
+            raise WorkdirLost(refusal)
 
 
 def _agree(refusal: str) -> str:
@@ -311,15 +337,31 @@ def _agree(refusal: str) -> str:
     return bytes(message).rstrip(b"\0").decode(errors="replace")
 
 
+def _not_a_folder(workdir) -> str:
+    """Why a local ``workdir`` cannot be a folder (it, or a folder above it, is a file), or ""."""
+    if paths.is_remote(workdir):
+        return ""
+    path = os.path.abspath(os.fspath(workdir))
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not path or os.path.isdir(path):
+        return ""
+    where = "is a file" if path == os.path.abspath(os.fspath(workdir)) else f"is in {path}, a file"
+    return f"--workdir {workdir} {where}, not a folder: give a folder (new or existing)"
+
+
 @contextlib.contextmanager
 def hold(workdir, command: str):
-    """Holds ``workdir``'s lock for the ``with`` block (``command`` names this run in it).
+    """Holds ``workdir``'s lock for the ``with`` block (``command`` names this run in it),
+    yielding a :class:`Held` whose ``check()`` the loop calls before it writes.
 
     Raises :class:`WorkdirLocked` on every process while another run holds it; call after
     ``jax.distributed.initialize`` and before anything is written into the workdir.
     """
     lock, refusal, cause = None, "", None
     if jax.process_index() == 0:
+        refusal = _not_a_folder(workdir)
+    if jax.process_index() == 0 and not refusal:
         try:
             root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
             root.mkdir(parents=True, exist_ok=True)
@@ -335,7 +377,7 @@ def hold(workdir, command: str):
         prefix = "" if jax.process_index() == 0 else "process 0: "
         raise WorkdirLocked(prefix + refusal) from cause
     try:
-        yield
+        yield Held(workdir, lock)
     finally:
         if lock is not None:
             lock.release()

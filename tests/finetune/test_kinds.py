@@ -1,10 +1,10 @@
-"""The contract every registered task kind keeps, run for each: read a small sample of its
-data, featurize, two train steps through ``task_trainer``, a forward pass, decode, score (with
-the kind's metric), ``zhlm-predict``'s records (one per example, each with its ``id``), and the
-Hugging Face export of its class (``Bert`` + ``kind.export.hf_class``) giving the same outputs."""
+"""The contract every registered task kind keeps, run for each: a fine-tuning run of one epoch
+on a small sample of its data (read, featurize, train, evaluate with the kind's metric, keep
+``best/``), from random weights and from a Hugging Face ``--init`` (its encoder checked before
+training, the head fresh), then ``zhlm-predict``'s records from ``best/`` (one per example, each
+with its ``id``) and the Hugging Face export of its class (``Bert`` + ``kind.export.hf_class``)
+giving the same outputs."""
 
-import functools
-import itertools
 import json
 import os
 import subprocess
@@ -13,12 +13,12 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import DATA, ROOT, read_task
+from helpers import DATA, ROOT, hf_folder, read_task
 
 import zhlm
 from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import batching, kinds, saved
+from zhlm.finetune import kinds, saved
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.task_model import TaskModel
 
@@ -85,9 +85,17 @@ def test_every_registered_kind_has_a_sample():
     assert set(SAMPLES) == set(kinds.KINDS)
 
 
+@pytest.fixture(scope="module")
+def hf_init(tmp_path_factory):
+    """A tiny random ``BertModel`` folder (no task head), what ``--init`` takes."""
+    pytest.importorskip("torch")
+    return hf_folder(tmp_path_factory.mktemp("init"), "BertModel")[1]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("init", ["random", "hf"])
 @pytest.mark.parametrize("name", sorted(kinds.KINDS))
-def test_kind_contract(name, tmp_path):
+def test_kind_contract(name, init, tmp_path, request):
     torch = pytest.importorskip("torch")
     import transformers
 
@@ -96,35 +104,32 @@ def test_kind_contract(name, tmp_path):
     config = defaults.get_finetune_config("tiny")
     config.task.update(dict(kind=name, format=fmt, train_file=path, dev_file=path, **overrides))
     config.task.max_seq_length = overrides.get("max_seq_length", 32)
-    config.train.update(batch_size=8, log_every=0)
-    task, kind = config.task, kinds.get(name)
-    train, evaluation, _ = read_task(task)
-    assert train and evaluation
-    tokenizer = WordPiece(default_vocab())
-    features = kind.featurize(kind.training_examples(task, train), tokenizer, task, training=True)
-    trainer = train_lib.task_trainer(config, kind, num_steps=2)
-    key = jax.random.key(0)
-    params = saved.init_params(trainer.model, key, kind.example_inputs(task))
-    assert kind.export.head in params
-    state = trainer.state_from(params)
-    rows = np.arange(len(features.arrays["input_ids"]))
-    for batch in itertools.islice(batching.batches(features.arrays, 8, rows), 2):
-        state, metrics = trainer.step(state, batch, key)
-        assert np.isfinite(float(metrics[f"{train_lib.LOSS}_loss_sum"]))
-    evaluated = kind.featurize(evaluation, tokenizer, task, training=False)
-    forward = functools.partial(trainer.forward, state["params"])
-    outputs = batching.run(forward, evaluated.arrays, 8)
-    predictions = kind.decode(evaluated, outputs, evaluation, task)
-    assert kind.metric in kind.score(evaluated, evaluation, predictions)
+    config.task.length_buckets = (config.task.max_seq_length,)  # one program to compile
+    config.train.update(batch_size=8, log_every=0, epochs=1)
+    kind = kinds.get(name)
+    source = request.getfixturevalue("hf_init") if init == "hf" else None
+    results = train_lib.finetune(config, source, str(tmp_path / "run"))
+    assert results["metric"] == kind.metric and np.isfinite(results["max"])
+    assert results["train_rows"] > 0 and results["eval_examples"] > 0
+    if source:  # the encoder is the folder's, checked before training; the head is fresh
+        assert results["init_from"] == f"Hugging Face folder {source}"
+        assert 0 < results["init_top_direction_share"] <= 1
+        assert results["fresh_parameters"] == [kind.export.head]
+    else:
+        assert kind.export.head in results["fresh_parameters"]
 
-    best = saved.save_finetuned(tmp_path / "best", jax.device_get(state["params"]), config)
+    best = str(tmp_path / "run" / "best")
     model, saved_params, saved_config = saved.load_finetuned(best)
+    task = saved_config.task
+    _, evaluation, _ = read_task(task)
+    tokenizer = WordPiece(default_vocab())
     records = TaskModel(model, saved_params, saved_config, tokenizer).predict(evaluation)
     assert len(records) == len(evaluation) and all("id" in r for r in records)
     json.dumps(records, ensure_ascii=False)  # what zhlm-predict writes, a line each
 
     zhlm.to_hf(model, {"params": saved_params}, saved_config, str(tmp_path / "hf"))
     hf = getattr(transformers, "Bert" + kind.export.hf_class).from_pretrained(str(tmp_path / "hf"))
+    evaluated = kind.featurize(evaluation, tokenizer, task, training=False)
     batch = {k: v[:4] for k, v in evaluated.arrays.items()}
     ours = jax.device_get(model.apply({"params": saved_params}, *_inputs(batch)))
     with torch.no_grad():

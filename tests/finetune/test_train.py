@@ -263,3 +263,27 @@ def test_fine_tuning_is_data_parallel_over_eight_devices_with_the_same_results(t
 
 def _qa(qid, question, text, start):
     return {"id": qid, "question": question, "answers": [{"text": text, "answer_start": start}]}
+
+
+@pytest.mark.slow
+def test_the_first_epoch_says_what_it_compiles(tmp_path, capsys):
+    """Each length's train step compiles when the first epoch first meets it (seconds each, the
+    bar standing still): the bar says so, with how many programs; the first evaluation's
+    forward programs are announced by a line."""
+    texts = ["好评", "差评", "房间很干净服务周到早餐也不错下次还来", "等了一个小时才上菜服务太差了"]
+    rows = [(str(i % 2), texts[i % 4]) for i in range(24)]
+    path = tmp_path / "reviews.tsv"
+    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in rows), "utf-8")
+    config = load_task("chnsenticorp", shared=False)
+    config.unlock()
+    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=24)
+    config.task.length_buckets = (8, 24)
+    config = _quick(config, epochs=1, seeds=1, batch_size=4)
+    finetune(config, None, str(tmp_path / "run"))
+    out, err = capsys.readouterr()
+    bar = [part for part in err.split("\r") if "compiling" in part]
+    said = {p.split("compiling the train step for length ")[1].split(":")[0] for p in bar}
+    orders = [{"8 (1 of 2 programs)", "24 (2 of 2 programs)"}]
+    orders.append({"24 (1 of 2 programs)", "8 (2 of 2 programs)"})  # the first batch's bucket
+    assert said in orders, bar
+    assert "zhlm-finetune: compiling 2 forward program(s) for the first evaluation" in out

@@ -5,8 +5,9 @@
   zhlm-finetune --config=configs/finetune/cmrc2018.py --init=/tmp/zhlm-bert --workdir=/tmp/cmrc \
       --config.train.seeds=3 --config.optim.peak_lr=3e-5
 
-``--init`` is a Hugging Face folder, a zhlm parameter checkpoint (zhlm-convert's output) or a
-zhlm-pretrain workdir (its newest checkpoint); without it the encoder is random, with a warning.
+``--init`` is a Hugging Face folder, a zhlm parameter checkpoint (zhlm-convert's output), a
+zhlm-pretrain workdir (its newest checkpoint) or a finished zhlm-finetune workdir (its ``best/``);
+without it the encoder is random, with a warning.
 The same command continues an interrupted run after its last finished epoch; a workdir with a
 finished run (``results.json``) is refused unless ``--overwrite``.
 Kept thin: flags in, :func:`zhlm.finetune.train.finetune` runs and writes results.json.
@@ -20,7 +21,9 @@ from ml_collections import config_flags
 from zhlm.cli import usage
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file.", lock_config=True)
-_INIT = flags.DEFINE_string("init", None, "HF folder, zhlm checkpoint or zhlm-pretrain workdir.")
+_INIT = flags.DEFINE_string(
+    "init", None, "HF folder, zhlm checkpoint, zhlm-pretrain or finished zhlm-finetune workdir."
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "results.json, predictions and the best params.")
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "Replace a finished run in --workdir (else refused) or an interrupted one."

@@ -52,12 +52,13 @@ def diagnose(prior: float | None, batch: dict, encode: Callable | None) -> dict:
 
 
 def top_direction_share(x: np.ndarray, batch: dict) -> float:
-    """Variance share of the top direction of the encoder outputs ``x`` [B,S,H], centred, at
-    the real tokens of ``batch`` (less [CLS] and rows of weight 0); 1 when they have no
-    variance at all."""
-    real = batch["attention_mask"] > 0
-    real[:, 0] = False
-    real &= batch["weight"][:, None] > 0
+    """Variance share of the top direction of the encoder outputs ``x`` [B,...,S,H] (a
+    multiple-choice batch has an options axis), centred, at the real tokens of ``batch`` (less
+    [CLS] and rows of weight 0); 1 when they have no variance at all."""
+    real = np.asarray(batch["attention_mask"]) > 0
+    real[..., 0] = False
+    weight = np.asarray(batch["weight"])
+    real &= weight.reshape(weight.shape + (1,) * (real.ndim - 1)) > 0
     h = x[real]
     centred = h - h.mean(0)
     energy = np.square(centred).sum()

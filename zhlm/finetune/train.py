@@ -49,7 +49,7 @@ from zhlm.errors import UserError
 from zhlm.finetune import batching, diagnose, kinds, saved, task_files
 from zhlm.finetune import progress as progress_lib
 from zhlm.models import dropout_rngs, model_config
-from zhlm.train import checkpoint, curves, sharding, step, sums
+from zhlm.train import checkpoint, curves, resume, sharding, step, sums
 from zhlm.train import metrics as metrics_lib
 from zhlm.train.optim import make_optimizer
 
@@ -63,14 +63,21 @@ def finetune(
     workdir or HF folder; None: random encoder) and returns what ``results.json`` holds. An
     interrupted run in ``workdir`` is continued after its last finished epoch; a finished one
     is refused unless ``overwrite`` (:mod:`zhlm.finetune.progress`). Raises
-    ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir``."""
-    with workdir_lock.hold(workdir, "zhlm-finetune"):  # before anything is written there
+    ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir`` (``WorkdirLost``
+    once another run took it over), and one ``UserError`` line for a full disk."""
+    with workdir_lock.hold(workdir, "zhlm-finetune") as held:  # before anything is written
         progress_lib.check_overwrite(workdir, overwrite)
-        return _finetune(config, init, workdir)
+        try:
+            return _finetune(config, init, workdir, held)
+        except Exception as e:
+            if resume.out_of_space(e):
+                raise progress_lib.full_disk(workdir, e) from e
+            raise
 
 
-def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str) -> dict:
+def _finetune(config, init: str | None, workdir: str, held: workdir_lock.Held) -> dict:
     started = time.time()
+    checkpoint.quiet_orbax()  # a failed save or read is reported once, in one line
     config = config.copy_and_resolve_references()
     settle_warmup(config.optim)
     root = run_files.path(workdir)
@@ -81,6 +88,9 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     kind = kinds.get(config.task.kind)
     data = _Data(config, kind, tokenizer)
     _check_fits(config, tokenizer)
+    # The config as the data settled it: an interrupted run's must be the same, and so must its
+    # files' content; refused here, before anything compiles.
+    progress = progress_lib.Progress(workdir, config, init)
     train = config.train
     steps_per_epoch = data.train_buckets.num_batches(train.batch_size)
     num_steps = train.epochs * steps_per_epoch
@@ -102,17 +112,18 @@ def _finetune(config: ml_collections.ConfigDict, init: str | None, workdir: str)
     first = next(batching.batches(data.train, train.batch_size, first_rows))
     encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
     diagnosis = diagnose.diagnose(kind.chance(data.train).get("loss"), first, encode)
-    progress = progress_lib.Progress(workdir, config, init)
     # metrics.jsonl and TensorBoard, one split per seed; a new run starts the file afresh, a
     # continued one keeps the steps of the epochs it does not run again.
     kept = {_split(seed): n * steps_per_epoch for seed, n in progress.epochs_kept().items()}
     writer = metrics_lib.Writer(workdir, start_step=kept)
     try:
         for i in range(len(progress.runs), train.seeds):
-            run = _run(train.seed + i, config, kind, data, trainer, loaded_params, writer, progress)
+            seed = train.seed + i
+            run = _run(seed, config, kind, data, trainer, loaded_params, (writer, progress, held))
             progress.finish_seed(run, kind.metric)
     finally:
         writer.close()
+    held.check()
     (root / run_files.CONFIG).write_text(config.to_json(indent=2))
     results = _summary(config, kind, init, init_from, data, progress.runs)
     results.update(diagnosis)
@@ -172,7 +183,8 @@ def _check_fits(config, tokenizer):
 
 class _Data:
     """Both splits read, reported and featurized: ``train`` the device arrays, ``eval`` the
-    evaluation features (``eval.arrays`` on the device, the rest for decoding)."""
+    evaluation features (``eval.arrays`` on the device, the rest for decoding); and which of
+    their shapes have compiled, so that the run can say when it is compiling."""
 
     def __init__(self, config, kind, tokenizer):
         task, limits = config.task, config.train
@@ -189,6 +201,10 @@ class _Data:
         self.num_train = len(self.train["input_ids"])
         self.train_buckets = batching.Buckets.of(self.train, task.length_buckets)
         self.eval_buckets = batching.Buckets.of(self.eval.arrays, task.length_buckets)
+        # What this process has compiled (the seeds share the programs): the train step's
+        # lengths so far, and whether the forward programs have run.
+        self.compiled: set[int] = set()
+        self.evaluated = False
 
 
 def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
@@ -253,12 +269,18 @@ def warmup_steps(optim, num_steps: int) -> int:
 
 
 def encoder(trainer: step.Trainer):
-    """``(params, batch) -> [B,S,H]``: the encoder's sequence output, no dropout; ``params`` need
-    only the embeddings and the encoder (a pretrained tree, without a task head, will do)."""
+    """``(params, batch) -> [..., S, H]``: the encoder's sequence output, no dropout, for inputs
+    of any leading shape (a multiple-choice batch is [B, C, S]: its options go through the
+    encoder as [B*C, S], as its model sends them); ``params`` need only the embeddings and the
+    encoder (a pretrained tree, without a task head, will do)."""
 
     def encode(params, batch):
         params = {k: params[k] for k in ("embeddings", "encoder")}
-        return trainer.model.apply({"params": params}, *_inputs(batch), True, method="encode")
+        inputs = _inputs(batch)
+        shape = inputs[0].shape
+        flat = [x.reshape(-1, shape[-1]) for x in inputs]
+        out = trainer.model.apply({"params": params}, *flat, True, method="encode")
+        return out.reshape(*shape, out.shape[-1])
 
     jitted = jax.jit(encode)
 
@@ -273,10 +295,12 @@ def _inputs(batch):
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
-def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> dict:
+def _run(seed, config, kind, data, trainer, loaded_params, out) -> dict:
     """One seed: train ``train.epochs`` epochs (after those ``progress`` has done), evaluating
     as configured, saving the progress after each; the best epoch's metrics and host
-    parameters."""
+    parameters. ``out``: the metrics writer, the progress and the workdir's lock, checked
+    before each epoch's writes."""
+    writer, progress, held = out
     train = config.train
     init_key, dropout_key = jax.random.split(jax.random.key(seed))
     inputs = kind.example_inputs(config.task)
@@ -296,17 +320,22 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
         epoch_sums, window, began = None, None, time.monotonic()
         plan = data.train_buckets.plan(train.batch_size, order_rng)
         first_step = (epoch - 1) * len(plan)  # the steps of each epoch are as many
+        desc = f"seed {seed} epoch {epoch}/{train.epochs}"
         batches = tqdm(
             (batching.batch(data.train, rows, train.batch_size, n) for n, rows in plan),
             total=len(plan),
-            desc=f"seed {seed} epoch {epoch}/{train.epochs}",
+            desc=desc,
             unit="step",
             leave=False,
         )
         for i, batch in enumerate(batches, 1):
+            compiling = _compiling(batches, desc, data, batch)
             state, metrics = trainer.step(state, batch, dropout_key)
+            if compiling:  # the call returns once its program is built, before it has run
+                batches.set_description(desc, refresh=False)
             epoch_sums, window = sums.add(epoch_sums, metrics), sums.add(window, metrics)
             if train.log_every and (first_step + i) % train.log_every == 0:
+                held.check()  # nothing more is written into a workdir another run took over
                 line = _train_line(window)  # fetched: a log step
                 writer.write(first_step + i, _split(seed), line)
                 batches.write(
@@ -318,12 +347,20 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
         speed = _throughput(data, train.batch_size, time.monotonic() - began)
         improved = False
         if train.eval_every_epoch or epoch == train.epochs:
+            if not data.evaluated:
+                data.evaluated = True
+                print(
+                    f"zhlm-finetune: compiling {data.eval_buckets.programs} forward program(s) "
+                    "for the first evaluation",
+                    flush=True,
+                )
             scores, _ = _evaluate(state["params"], config, kind, data, trainer)
             record.update(scores)
             if best is None or scores[kind.metric] > best["scores"][kind.metric]:
                 best = dict(scores=scores, epoch=epoch, params=jax.device_get(state["params"]))
                 improved = True
         history.append(record)
+        held.check()  # nothing more is written into a workdir another run took over
         writer.write(first_step + len(plan), _split(seed), {**record, **speed})
         scalars = {k: v for k, v in record.items() if k not in ("epoch", "learning_rate")}
         shown = ", ".join(f"{k} {v:.4f}" for k, v in scalars.items() if "/" not in k)
@@ -339,6 +376,21 @@ def _run(seed, config, kind, data, trainer, loaded_params, writer, progress) -> 
 def _split(seed: int) -> str:
     """A seed's split in ``metrics.jsonl`` and TensorBoard."""
     return f"seed{seed}"
+
+
+def _compiling(bar, desc: str, data, batch) -> bool:
+    """Whether ``batch``'s train step compiles now (its length is new in this process); if so,
+    the bar says so while it does, with how many programs the run builds in all (the first
+    epoch stands at a step for as long as each takes)."""
+    length = batch["input_ids"].shape[-1]
+    if length in data.compiled:
+        return False
+    data.compiled.add(length)
+    bar.set_description(
+        f"{desc}, compiling the train step for length {length} "
+        f"({len(data.compiled)} of {data.train_buckets.programs} programs)"
+    )
+    return True
 
 
 def _throughput(data, batch_size: int, seconds: float) -> dict:

@@ -6,9 +6,9 @@ folder with ``config.json`` (the zhlm config, so the model is rebuilt without gu
 Training checkpoints (train state, optimizer, data position) belong to ``resume``.
 
 :func:`load` reads parameters from any source a user may name, in one order: a parameter
-checkpoint, a pretraining workdir (its newest step's parameters, without the optimizer), or a
-Hugging Face folder through the converter. ``init_from`` of pretraining, ``--init`` of
-fine-tuning and the tools all go through it.
+checkpoint (or a fine-tuning workdir's ``best/``), a pretraining workdir (its newest step's
+parameters, without the optimizer), or a Hugging Face folder through the converter.
+``init_from`` of pretraining, ``--init`` of fine-tuning and the tools all go through it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from zhlm import defaults, paths, run_files
+from zhlm.errors import UserError
 from zhlm.models import abstract_variables, build_model
 
 VOCAB = "vocab.txt"  # a Hugging Face folder's (or any source folder's) WordPiece vocabulary
@@ -78,28 +79,67 @@ def save_params(path: str, variables, config: ml_collections.ConfigDict) -> None
     checkpointer.wait_until_finished()
 
 
-def load_params(path: str):
-    """``(variables, config)`` from a folder written by :func:`save_params`."""
+class DamagedCheckpoint(UserError):
+    """A parameter checkpoint whose files are missing, cut short or unreadable."""
+
+
+# What to do about a damaged parameter checkpoint, unless the caller knows better.
+REWRITE = (
+    "write it again (a fine-tuning workdir's best/: run zhlm-finetune with --overwrite; a "
+    "converted one: zhlm-convert) or give another checkpoint"
+)
+
+
+def load_params(path: str, remedy: str = REWRITE):
+    """``(variables, config)`` from a folder written by :func:`save_params`. A folder whose
+    files do not read (a copy or a write cut short) raises :class:`DamagedCheckpoint`, one line
+    naming it, why, and ``remedy``."""
     if not run_files.is_params_checkpoint(path):
         raise FileNotFoundError(
             f"{path}: not a zhlm parameter checkpoint "
             f"(needs {run_files.CONFIG} and {run_files.PARAMS}/)"
         )
-    config = _read_config(path)
+    try:
+        config = _read_config(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # cut short or overwritten
+        file = run_files.path(path, run_files.CONFIG)
+        raise DamagedCheckpoint(f"{file} {damage(e)}; {remedy}") from e
     vocab = run_files.path(path, VOCAB)
     if vocab.is_file():  # the checkpoint's own copy is its vocabulary, wherever it now lies
         (config.task if "task" in config else config.data).vocab = str(vocab)
-    params = ocp.StandardCheckpointer().restore(run_files.path(path, run_files.PARAMS))
+    folder = run_files.path(path, run_files.PARAMS)
+    quiet_orbax()  # a failed read would print one traceback per array otherwise
+    try:
+        params = ocp.StandardCheckpointer().restore(folder)
+    except Exception as e:  # orbax and tensorstore raise many types for a broken folder
+        raise DamagedCheckpoint(f"{folder} {damage(e)}; {remedy}") from e
     return {"params": jax.tree_util.tree_map(jax.numpy.asarray, params)}, config
 
 
+def damage(error: Exception) -> str:
+    """ "cannot be read (<why>)": the first line of the innermost error orbax or tensorstore
+    raised (the outer ones wrap it in pages of C++ context), shortened."""
+    seen = {id(error)}
+    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
+        error = inner
+        seen.add(id(error))
+    lines = str(error).strip().splitlines() or [""]
+    why = f"{type(error).__name__}: {lines[0]}"
+    if len(why) > 240:  # tensorstore's root cause comes last, after the paths it went through
+        why = f"{why[:80]} ... {why[-150:]}"
+    return f"cannot be read ({why})"
+
+
 def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int = 0) -> Loaded:
-    """Parameters from ``source``: a parameter checkpoint, a pretraining workdir or a Hugging
-    Face folder. ``config`` (optional) is the recipe a Hugging Face model is read for (its
-    heads; dimensions always come from the folder); ``seed`` initialises heads it lacks."""
-    if run_files.is_params_checkpoint(source):
-        variables, saved = load_params(source)
-        loaded = Loaded(variables["params"], saved, f"zhlm checkpoint {source}")
+    """Parameters from ``source``: a parameter checkpoint, a fine-tuning workdir (its
+    ``best/``, task head included), a pretraining workdir or a Hugging Face folder. ``config``
+    (optional) is the recipe a Hugging Face model is read for (its heads; dimensions always
+    come from the folder); ``seed`` initialises heads it lacks."""
+    finetuned = run_files.finetuned_params(source)
+    if finetuned:
+        variables, saved = load_params(finetuned)
+        loaded = Loaded(variables["params"], saved, f"zhlm checkpoint {finetuned}")
+        source = finetuned  # its vocab.txt is the model's
     elif run_files.is_pretraining(source):
         loaded = _load_pretraining(source)
     else:

@@ -16,7 +16,7 @@ What it guarantees:
   be finite, so the last checkpoint is the last good one. The check is one step behind (it
   reads step t's loss after step t+1 is queued), so the device never idles for it.
 - One run per workdir: a second run on a workdir in use stops before writing anything there
-  (``zhlm.workdir_lock``).
+  (``zhlm.workdir_lock``); a run whose lock another run took over stops before its next write.
 """
 
 import contextlib
@@ -175,11 +175,11 @@ def train_and_evaluate(config, workdir: str):
     Raises ``zhlm.workdir_lock.WorkdirLocked`` while another run holds ``workdir``."""
     dialogue.check_heads(config)
     initialize_distributed(config.train)
-    with workdir_lock.hold(workdir, "zhlm-pretrain"):  # before anything is written there
-        return _train(config, workdir)
+    with workdir_lock.hold(workdir, "zhlm-pretrain") as held:  # before anything is written
+        return _train(config, workdir, held)
 
 
-def _train(config, workdir: str):
+def _train(config, workdir: str, held: workdir_lock.Held):
     lead = jax.process_index() == 0
     root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
     root.mkdir(parents=True, exist_ok=True)
@@ -231,16 +231,22 @@ def _train(config, workdir: str):
                     _check_finite(previous, step - 1, last_saved)
                 previous, window = m, sums.add(window, m)
                 bar.update(1)
-                if (train.log_every and step % train.log_every == 0) or step == train.num_steps:
+                report["step"] = step
+                preempted = preemption.reached(step)
+                last = step == train.num_steps
+                logs = (train.log_every and step % train.log_every == 0) or last
+                evaluates = can_evaluate and (step % train.eval_every == 0 or last)
+                saves = step % train.checkpoint_every == 0 or last or preempted
+                if logs or evaluates or saves:
+                    held.check()  # a run whose workdir was taken over writes nothing more
+                if logs:
                     line = _log_line(window, time.time() - t0, step - w0, flops, peak)
                     writer.write(step, "train", line)
                     bar.set_postfix(loss=f"{line['loss']:.3f}", refresh=False)
                     window, t0, w0, report["train"] = None, time.time(), step, line
-                if can_evaluate and (step % train.eval_every == 0 or step == train.num_steps):
+                if evaluates:
                     evaluate_at(step)
-                report["step"] = step
-                preempted = preemption.reached(step)
-                if step % train.checkpoint_every == 0 or step == train.num_steps or preempted:
+                if saves:
                     _check_finite(m, step, last_saved)
                     last_saved = resume.save(mngr, state, loader.get_state(), force=preempted)
                 if preempted:

@@ -21,6 +21,7 @@ Saves are asynchronous (orbax copies the arrays to host memory before ``save`` r
 next step may reuse the donated buffers), keep the last ``config.train.keep_checkpoints``.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -324,6 +325,21 @@ def restore_or_init(mngr, trainer, loader, config, loaded=None):
     return state, f"fresh initialisation{note}"
 
 
+def out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) says the disk is full: an ``OSError``
+    ENOSPC, or orbax's and tensorstore's wording of it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        text = f"{type(error).__name__}: {error}"
+        if any(sign in text for sign in ("RESOURCE_EXHAUSTED", "No space left", "ENOSPC")):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def save_failed(mngr, error: Exception) -> CheckpointError:
     """One line for a save that failed (raised by ``save`` or ``wait_until_finished``): the
     newest step still on disk, and for a full disk the space a checkpoint takes and what is
@@ -332,7 +348,7 @@ def save_failed(mngr, error: Exception) -> CheckpointError:
     steps = run_files.checkpoint_steps(directory.parent)
     kept = f"step {steps[-1]}, intact" if steps else "none"
     text = f"{type(error).__name__}: {error}"
-    if not any(sign in text for sign in ("RESOURCE_EXHAUSTED", "No space left", "ENOSPC")):
+    if not out_of_space(error):
         return CheckpointError(
             f"saving a checkpoint in {directory} failed ({text[:300]}); the last checkpoint "
             f"is {kept}: run the same command again to continue from it"

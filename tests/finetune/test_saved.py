@@ -1,0 +1,92 @@
+"""A fine-tuned model as saved (``best/``): ``--init`` takes a finished fine-tuning workdir (the
+encoder from its ``best/``, the head too where it fits the new task), and a ``best/`` whose
+files were cut short is one line from ``zhlm-predict`` and ``zhlm-convert``, naming the folder
+and what to do."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from helpers import ROOT, load_task
+
+from zhlm.finetune import kinds, saved
+from zhlm.finetune.train import finetune
+from zhlm.train import checkpoint
+
+
+def _cut(folder):
+    """Cuts every data file of an orbax folder to a third, as a copy stopped midway would."""
+    for root, _, files in os.walk(folder):
+        if os.sep + "d" in root:
+            for name in files:
+                with open(os.path.join(root, name), "r+b") as f:
+                    f.truncate(max(os.path.getsize(f.name) // 3, 1))
+
+
+def test_init_reads_a_fine_tuning_workdirs_best_head_included(workdirs):
+    workdir = workdirs["classification"]
+    loaded = checkpoint.load(workdir)
+    best = os.path.join(workdir, "best")
+    assert loaded.description == f"zhlm checkpoint {best}"
+    assert loaded.vocab == os.path.join(best, "vocab.txt")
+    want = saved.load_finetuned(best)[1]
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(loaded.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    # A task of another shape (NER's seven tags against two classes) takes the encoder only.
+    config = load_task("msra_ner")
+    model = kinds.task_model(config)
+    inputs = kinds.get("ner").example_inputs(config.task)
+    fresh = saved.init_params(model, jax.random.key(1), inputs)
+    merged, left_fresh = saved.merge(fresh, loaded.with_task_heads(), "classifier")
+    assert left_fresh == ["classifier"]
+    for part in ("embeddings", "encoder"):  # NER has no pooler
+        for a, b in zip(*(jax.tree.leaves(p[part]) for p in (merged, loaded.params)), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.slow
+def test_fine_tuning_from_a_fine_tuning_workdir_keeps_a_head_that_fits(workdirs, tmp_path):
+    rows = [(str(i % 2), ("好评" if i % 2 else "差评") + f"第{i}条") for i in range(24)]
+    path = tmp_path / "reviews.tsv"
+    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in rows), "utf-8")
+    config = load_task("chnsenticorp", shared=False)
+    config.unlock()
+    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=16)
+    config.task.length_buckets = (16,)
+    config.train.update(epochs=1, seeds=1, batch_size=8, log_every=0)
+    init = workdirs["classification"]
+    results = finetune(config, init, str(tmp_path / "again"))
+    assert results["init"] == init
+    assert results["init_from"] == f"zhlm checkpoint {os.path.join(init, 'best')}"
+    assert results["fresh_parameters"] == []  # the encoder and the two-class head both taken
+    assert "init_top_direction_share" in results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", ["predict", "convert"])
+def test_a_damaged_best_folder_is_one_line_naming_it(workdirs, tmp_path, program):
+    workdir = tmp_path / "run"
+    shutil.copytree(workdirs["classification"], workdir)
+    _cut(workdir / "best" / "params")
+    text = tmp_path / "new.txt"
+    text.write_text("房间很干净\n", encoding="utf-8")
+    out = tmp_path / "out"
+    flags = {
+        "predict": [f"--workdir={workdir}", f"--input={text}", f"--output={out}.jsonl"],
+        "convert": [f"--input={workdir}", f"--output={out}"],
+    }[program]
+    cmd = [sys.executable, "-m", f"zhlm.cli.{program}", *flags]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"zhlm-{program}: {workdir}/best/params cannot be read ("), line
+    assert "run zhlm-finetune with --overwrite" in line and "another checkpoint" in line
+    assert not os.path.exists(f"{out}.jsonl") and not os.path.exists(out)
+    json.dumps(line)  # one plain line
