@@ -316,7 +316,7 @@ def test_fine_tuning_that_lost_its_lock_stops_before_its_next_write(tmp_path, mo
     monkeypatch.setattr(progress_lib.Progress, "save_epoch", then_taken_over)
     with pytest.raises(workdir_lock.WorkdirLost, match="was taken over by zhlm-other"):
         finetune(config, None, str(workdir))
-    assert [line["step"] for line in metrics.read(str(workdir), None)] == [1]  # not epoch 2
+    assert [line["epoch"] for line in metrics.read(str(workdir), None)] == [1]  # not epoch 2
     kept = json.loads((workdir / "progress" / "progress.json").read_text())
     assert kept["current"]["epoch"] == 1
     assert sorted(os.listdir(workdir / "progress")) == ["best-0-1", "progress.json", "state-0-1"]
