@@ -42,6 +42,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from zhlm import paths, run_files
+from zhlm.errors import UserError
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0
@@ -50,7 +51,7 @@ _ATTEMPTS = 5
 _MESSAGE_BYTES = 1024  # process 0's refusal as broadcast to the other processes
 
 
-class WorkdirLocked(RuntimeError):
+class WorkdirLocked(UserError, RuntimeError):
     """Another run holds the workdir, or its lock cannot be read or taken."""
 
 

@@ -20,14 +20,13 @@ Hugging Face output gets the tokenizer files ``AutoTokenizer`` reads
 
 import os
 import shutil
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 import zhlm
 from zhlm import convert, run_files
-from zhlm.cli import usage
+from zhlm.cli import failures, usage
 from zhlm.convert import tokenizer_files
 from zhlm.models import build_model
 from zhlm.train import checkpoint
@@ -88,17 +87,15 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not _INPUT.value or not _OUTPUT.value:
         raise app.UsageError("--input and --output are required")
-    try:
+    interrupted = f": {_OUTPUT.value} may be incomplete; run the same command again"
+    with failures.one_line("zhlm-convert", interrupted):
         source = _zhlm_source(_INPUT.value)
+        if source is not None and _TO.value == "zhlm":
+            raise app.UsageError("--input is already zhlm's: convert it with --to=hf or unset")
         if source is not None:
-            if _TO.value == "zhlm":
-                raise app.UsageError("--input is already zhlm's: convert it with --to=hf or unset")
             report, what = _from_zhlm(source, _OUTPUT.value)
         else:
             report, what = _from_folder(_INPUT.value, _OUTPUT.value, _TO.value or "zhlm")
-    except (convert.ConversionError, FileNotFoundError, KeyError, ValueError) as e:
-        print(f"zhlm-convert: {e}", file=sys.stderr)
-        return 1
     for line in report.lines():
         print(f"zhlm-convert: {line}")
     print(f"zhlm-convert: wrote {what} {_OUTPUT.value}")

@@ -38,6 +38,7 @@ import shutil
 import tempfile
 
 from zhlm import paths
+from zhlm.errors import UserError
 from zhlm.finetune import task_files
 from zhlm.finetune.task_model import TaskModel
 
@@ -68,7 +69,7 @@ def input_format(kind, task, path: str, fmt: str = "") -> str:
     formats = kind.formats
     if fmt:
         if fmt not in formats:
-            raise ValueError(f"--format={fmt}: kind {task.kind} reads {', '.join(formats)}")
+            raise UserError(f"--format={fmt}: kind {task.kind} reads {', '.join(formats)}")
         return fmt
     extension = os.path.splitext(os.fspath(path).lower())[1]
     fits = [f for f in EXTENSIONS.get(extension, ()) if f in formats]
@@ -128,7 +129,7 @@ def _done(output: str) -> _Done:
     there is none. A cloud object that exists is refused: it cannot be continued."""
     if paths.is_remote(output):
         if paths.resolve(output).exists():
-            raise ValueError(
+            raise UserError(
                 f"{output} exists and a cloud object cannot be continued: remove it or choose "
                 "another --output (a local output continues a stopped run)"
             )
@@ -146,7 +147,7 @@ def _done(output: str) -> _Done:
             count, size = count + 1, size + len(line)
             first, last = first or line, line
     if partial and not count:
-        raise ValueError(
+        raise UserError(
             f"{output} holds no complete zhlm-predict record to continue from: remove it or "
             "choose another --output"
         )
@@ -161,7 +162,7 @@ def _id(line: bytes, output: str, number: int) -> str:
     except ValueError:
         record = None
     if not isinstance(record, dict) or "id" not in record:
-        raise ValueError(
+        raise UserError(
             f"{output}:{number} is not a zhlm-predict record (a JSON object with an id): remove "
             "the file or choose another --output"
         )
@@ -175,12 +176,12 @@ def _skip(examples, done: _Done, input_file: str, output: str) -> None:
     for seen, example in enumerate(itertools.islice(examples, done.count), start=1):
         expected = done.first if seen == 1 else done.last if seen == done.count else None
         if expected is not None and example.guid != expected:
-            raise ValueError(
+            raise UserError(
                 f"{output} is not the output of {input_file}: its record {seen} has id "
                 f"{expected!r}, the input's {example.guid!r}; remove it or choose another --output"
             )
     if seen < done.count:
-        raise ValueError(
+        raise UserError(
             f"{output} has {done.count} records, {input_file} only {seen}: it is not this "
             "input's output; remove it or choose another --output"
         )

@@ -28,12 +28,13 @@ import jax
 import orbax.checkpoint as ocp
 
 from zhlm import paths, run_files
+from zhlm.errors import UserError
 from zhlm.train import checkpoint, resume
 
 STATE, BEST, TOP, FILE = "state", "best", "top", "progress.json"
 
 
-class FinishedRun(ValueError):
+class FinishedRun(UserError):
     """The workdir holds a finished run and ``--overwrite`` was not given."""
 
 
@@ -168,7 +169,7 @@ def _check_same(workdir, saved, identity, config):
         differs.append(f"--init: {saved.get('init')!r} -> {identity['init']!r}")
     differs += resume.config_changes(saved.get("config", {}), config)
     if differs:
-        raise ValueError(
+        raise UserError(
             f"{workdir} holds an interrupted run of another config; continue it with the same "
             "flags, or pass --overwrite to start this one there: " + "; ".join(differs[:8])
         )

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
+from zhlm.errors import NotFound, UserError
 from zhlm.finetune.readers import tables
 
 # ------------------------------------------------------------------------------ reading
@@ -31,26 +32,26 @@ from zhlm.finetune.readers import tables
 def check_task(kind, task) -> None:
     """Fails with one line naming the key when a path is missing or the keys do not fit."""
     if task.format not in kind.formats:
-        raise ValueError(
+        raise UserError(
             f"config.task.format={task.format!r} cannot feed kind {task.kind!r} "
             f"(use {' or '.join(kind.formats)})"
         )
     if (task.text_fields or task.label_field) and task.format not in tables.FORMATS:
-        raise ValueError(
+        raise UserError(
             f"config.task.text_fields/label_field: format {task.format!r} has fixed fields "
             f"(they apply to {', '.join(tables.FORMATS)})"
         )
     if not 0.0 <= task.holdout < 1.0:
-        raise ValueError(f"config.task.holdout={task.holdout} must be in [0, 1)")
+        raise UserError(f"config.task.holdout={task.holdout} must be in [0, 1)")
     if not task.train_file:
-        raise ValueError("config.task.train_file is empty: pass --config.task.train_file=PATH")
+        raise UserError("config.task.train_file is empty: pass --config.task.train_file=PATH")
     if task.holdout == 0 and not task.dev_file:
-        raise ValueError(
+        raise UserError(
             "config.task.dev_file is empty: pass --config.task.dev_file=PATH (or "
             "--config.task.holdout=0.2 to evaluate on 20% of the training file, drawn at random)"
         )
     if task.dev_file and task.holdout > 0:
-        raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
+        raise UserError("set one of config.task.dev_file and config.task.holdout, not both")
 
 
 def read_file(kind, task, path: str, require_label: bool = True):
@@ -73,7 +74,7 @@ def stream_file(kind, task, path: str, require_label: bool = True):
     return kind.reader.read(path, task, require_label)
 
 
-def no_records(kind, task, path: str, report) -> ValueError:
+def no_records(kind, task, path: str, report) -> UserError:
     """The error for a file that gave no record: what was found, and what would read it."""
     counts = ", ".join(f"{issue}={n}" for issue, n in sorted(report.counts.items()))
     found = f" ({counts})" if counts else " (it holds none)"
@@ -83,19 +84,17 @@ def no_records(kind, task, path: str, report) -> ValueError:
         hint = "it has no records (a header alone?): give a file with records"
     else:
         hint = kind.reader.describe(path, task)
-    return ValueError(f"{path}: no record could be read as format {task.format}{found}; {hint}")
+    return UserError(f"{path}: no record could be read as format {task.format}{found}; {hint}")
 
 
 def _check_exists(task, path: str) -> None:
     folder = task.format == "datasets"  # save_to_disk writes a folder
     if folder and not os.path.isdir(path):
-        raise FileNotFoundError(
-            f"{path}: no such folder (format datasets reads a save_to_disk folder)"
-        )
+        raise NotFound(f"{path}: no such folder (format datasets reads a save_to_disk folder)")
     if not folder and os.path.isdir(path):
-        raise ValueError(f"{path} is a folder: give the file in it to read")
+        raise UserError(f"{path} is a folder: give the file in it to read")
     if not folder and not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
+        raise NotFound(f"{path}: no such file")
 
 
 def read_task(kind, task):
@@ -160,7 +159,7 @@ def load_tokenizer(task, loaded=None) -> WordPiece:
     vocab = task.vocab
     if not vocab and loaded is not None:
         if loaded.tokenizer != "wordpiece":
-            raise ValueError(
+            raise UserError(
                 f"{loaded.description} was pretrained with a {loaded.tokenizer} tokenizer; "
                 "fine-tuning reads WordPiece vocabularies (set config.task.vocab to a vocab.txt)"
             )

@@ -16,6 +16,7 @@ import abc
 import dataclasses
 from collections.abc import Iterator
 
+from zhlm.errors import UserError
 from zhlm.finetune.readers.report import ReadReport
 
 
@@ -35,7 +36,9 @@ class Reader(abc.ABC):
     def describe(self, path, task) -> str:
         """For a file of which no record could be read: what it looks like, or the formats
         this reader takes and how to pick one."""
-        return f"format {' or '.join(self.formats)}: pass the one that fits, --config.task.format=NAME"
+        return (
+            f"format {' or '.join(self.formats)}: pass the one that fits, --config.task.format=NAME"
+        )
 
     def examples_from(self, records, task) -> list:
         """Examples of in-memory inputs: each record a dict holding the example class's inputs
@@ -54,14 +57,14 @@ class Reader(abc.ABC):
                     if isinstance(record, dict)
                     else f"is a {type(record).__name__}"
                 )
-                raise ValueError(f"{where} {got}; this model reads {spell(inputs)}")
+                raise UserError(f"{where} {got}; this model reads {spell(inputs)}")
             for name in inputs:
                 value = record[name]
                 if _declared_str(cls, name) and not (isinstance(value, str) and value.strip()):
-                    raise ValueError(f"{where}: {name} is {value!r}; give a non-empty string")
+                    raise UserError(f"{where}: {name} is {value!r}; give a non-empty string")
             key = str(record.get("id", index))
             if key in ids:
-                raise ValueError(f"{where}: id {key!r} given twice; give each input its own")
+                raise UserError(f"{where}: id {key!r} given twice; give each input its own")
             ids.add(key)
             values = {name: record[name] for name in inputs}
             examples.append(cls(**{id_field: key}, **values, **_line(cls, index + 1)))
