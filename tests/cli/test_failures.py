@@ -1,7 +1,7 @@
 """How failures reach the user of every program: an expected one (bad input or flags, a
 refusal: a ``zhlm.errors.UserError``) is one line and exit status 1; anything else (a bug)
 keeps its traceback; Ctrl-C is one line saying that the same command continues, exit status
-130.
+130; an output on a read-only place is one line naming it.
 
 Each case runs the real program in a child process: what is under test is what the user sees.
 """
@@ -238,3 +238,31 @@ def test_ctrl_c_while_pretraining_is_one_line(tmp_path):
     status, lines = _interrupt(cmd, after="from fresh initialisation, steps 0..5000")
     then = "from the last checkpoint (checkpoints are kept whole)"
     _one_interrupted_line(status, lines, "zhlm-pretrain", then)
+
+
+# ------------------------------------------------------------------ a read-only output
+
+# sysfs refuses new files to every user, root included: a read-only place wherever the tests
+# run, where a folder made read-only with chmod would still be written by root.
+READ_ONLY = "/sys"
+
+
+@pytest.mark.slow
+def test_an_output_on_a_read_only_place_is_one_line_naming_it(model, tmp_path):
+    reviews = tmp_path / "reviews.txt"
+    reviews.write_text("很好\n太差\n")
+    out = f"{READ_ONLY}/zhlm-test-predictions.jsonl"
+    status, stderr = _program(
+        "predict", [f"--workdir={model}", f"--input={reviews}", f"--output={out}"]
+    )
+    assert status == 1 and "Traceback" not in stderr, stderr[-3000:]
+    (own,) = _own_lines(stderr)
+    assert (
+        own == f"zhlm-predict: cannot write {out} (Permission denied): choose a writable --output"
+    )
+    hf = f"{READ_ONLY}/zhlm-test-hf"
+    status, stderr = _program("convert", [f"--input={model}", f"--output={hf}"])
+    assert status == 1 and "Traceback" not in stderr, stderr[-3000:]
+    (own,) = _own_lines(stderr)
+    assert own.startswith(f"zhlm-convert: cannot write to --output={hf} ("), own
+    assert own.endswith("): give a folder this user can write to"), own

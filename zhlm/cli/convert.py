@@ -20,14 +20,16 @@ Hugging Face output gets the tokenizer files ``AutoTokenizer`` reads
 
 import os
 import shutil
+import tempfile
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 import zhlm
-from zhlm import convert, run_files
+from zhlm import convert, paths, run_files
 from zhlm.cli import failures, usage
 from zhlm.convert import tokenizer_files
+from zhlm.errors import UserError
 from zhlm.models import build_model
 from zhlm.train import checkpoint
 
@@ -54,6 +56,24 @@ def _zhlm_source(folder) -> str | None:
     if run_files.is_params_checkpoint(folder) or run_files.is_pretraining(folder):
         return folder
     return None
+
+
+def _check_writable(output) -> None:
+    """Refuses, before the input is read, an output that cannot be written (a read-only disk,
+    another user's folder, a file): a file is made and removed in it, or in the nearest folder
+    above it that exists."""
+    if paths.is_remote(output):
+        return
+    folder = os.path.abspath(output)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise UserError(
+            f"cannot write to --output={output} ({e.strerror or e}): give a folder this user "
+            "can write to"
+        ) from e
 
 
 def _from_zhlm(source, output):
@@ -92,6 +112,7 @@ def main(argv):
         source = _zhlm_source(_INPUT.value)
         if source is not None and _TO.value == "zhlm":
             raise app.UsageError("--input is already zhlm's: convert it with --to=hf or unset")
+        _check_writable(_OUTPUT.value)
         if source is not None:
             report, what = _from_zhlm(source, _OUTPUT.value)
         else:
