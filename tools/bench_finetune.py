@@ -285,9 +285,7 @@ def _hf(task, config, init, train, dev) -> dict:
         dict(params=plain, weight_decay=0.0),
     ]
     opt = torch.optim.AdamW(groups, lr=optim.peak_lr, betas=(optim.b1, optim.b2), eps=optim.eps)
-    schedule = transformers.get_linear_schedule_with_warmup(
-        opt, warmup_steps(optim, steps), steps
-    )
+    schedule = transformers.get_linear_schedule_with_warmup(opt, warmup_steps(optim, steps), steps)
     loader = torch.utils.data.DataLoader(
         rows, batch_size=b, shuffle=True, collate_fn=collate,
         generator=torch.Generator().manual_seed(0),

@@ -10,6 +10,8 @@ default variant). Unlike the flag the config is not locked, so callers may chang
 import importlib.util
 import os
 
+from zhlm.errors import NotFound, UserError
+
 # The pretraining recipes, one configs/<name>.py each: the list tests, tools and the bench read.
 RECIPES = ("bert", "roberta_wwm", "ernie", "spanbert", "albert", "macbert")
 
@@ -29,7 +31,7 @@ CONFIGS = _configs_folder()
 
 def path(recipe: str) -> str:
     """The file of a recipe: a name (``bert``, ``finetune/ocnli``) is looked up in the recipes'
-    folder from any directory (``FileNotFoundError`` listing them when it is not there); a path
+    folder from any directory (``NotFound`` listing them when it is not there); a path
     to a ``.py`` file is returned as it is, unless it is missing here and ``configs/<name>.py``
     names a recipe (the checkout's paths, given from another directory)."""
     if recipe.endswith(".py") and os.path.isfile(recipe):
@@ -46,7 +48,7 @@ def path(recipe: str) -> str:
             for f in files
             if f.endswith(".py") and f != "__init__.py"
         )
-        raise FileNotFoundError(
+        raise NotFound(
             f"no recipe {recipe!r}: pass the path of a .py file or one of {', '.join(known)}"
         )
     return found
@@ -59,7 +61,7 @@ def load(spec: str, arg: str | None = None):
     name, colon, flag_arg = spec.partition(":")
     if colon:
         if arg is not None:
-            raise ValueError(f"{spec!r} already names the argument; got arg={arg!r} as well")
+            raise UserError(f"{spec!r} already names the argument; got arg={arg!r} as well")
         arg = flag_arg
     file = path(name)
     module_name = "zhlm_config_" + os.path.splitext(os.path.basename(file))[0]

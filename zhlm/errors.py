@@ -9,3 +9,8 @@ the library who catch that keep working.
 
 class UserError(ValueError):
     """A failure the user can fix; its message says what to do next, in one line."""
+
+
+class NotFound(UserError, FileNotFoundError):
+    """A file or folder the user named is not there, or is not what it should be; its message
+    names the path. Also a ``FileNotFoundError``, for callers that catch that."""

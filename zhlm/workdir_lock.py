@@ -3,7 +3,9 @@
 Why: two ``zhlm-pretrain`` (or ``zhlm-finetune``) runs started on one workdir both ran to the
 end, interleaving ``metrics.jsonl`` and checkpoints and leaving the second's ``config.json``.
 Now the second stops at once with :class:`WorkdirLocked`, whose one-line message names the
-holder (command, process id, host, start time, last heartbeat).
+holder (command, process id, host, start time, last heartbeat). A file that a program appends
+to (``zhlm-predict --output``) is locked the same way, by ``OUTPUT.lock`` beside it
+(:func:`hold_output`).
 
 The lock is ``<workdir>/lock.json``: ``command``, ``pid``, ``host`` (and its ``boot`` id),
 ``started``, ``heartbeat`` (ISO 8601 times) and a random ``token`` that tells this run's lock
@@ -43,6 +45,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from zhlm import paths, run_files
+from zhlm.errors import UserError
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0
@@ -51,8 +54,8 @@ _ATTEMPTS = 5
 _MESSAGE_BYTES = 1024  # process 0's refusal as broadcast to the other processes
 
 
-class WorkdirLocked(RuntimeError):
-    """Another run holds the workdir, or its lock cannot be read or taken."""
+class WorkdirLocked(UserError, RuntimeError):
+    """Another run holds the workdir (or output file), or its lock cannot be read or taken."""
 
 
 class WorkdirLost(WorkdirLocked):
@@ -200,8 +203,10 @@ def _describe(holder: dict) -> str:
 class _Lock:
     """The lock file of one workdir as this process holds it."""
 
-    def __init__(self, path: str, command: str):
-        self.path, self.workdir = path, posixpath.dirname(path)
+    def __init__(self, path: str, command: str, what: str = "", flag: str = "--workdir"):
+        """``what`` names what the lock guards in messages (the lock's folder: ``workdir
+        DIR``), ``flag`` the command-line flag that picks another."""
+        self.path, self.what, self.flag = path, what or f"workdir {posixpath.dirname(path)}", flag
         self.file = _storage(self.path)
         self.guard = _storage(f"{self.path}.takeover")
         self.fields = dict(
@@ -235,20 +240,20 @@ class _Lock:
                 return self._start_heartbeat()
             if holder == {}:
                 raise WorkdirLocked(
-                    f"{self.path} cannot be read: if no run uses this workdir, delete it"
+                    f"{self.path} cannot be read: if no run uses {self.what}, delete it"
                 )
             reason = _gone(holder)
             if reason is None:
                 raise WorkdirLocked(
-                    f"workdir {self.workdir} is in use by {_describe(holder)}: wait for "
-                    "it to finish or stop it, or pick another --workdir"
+                    f"{self.what} is in use by {_describe(holder)}: wait for it to finish or "
+                    f"stop it, or pick another {self.flag}"
                 )
             if self._take_over(holder, reason):
                 return self._start_heartbeat()
             time.sleep(0.2)  # another run is taking it over, or it changed: look again
         raise WorkdirLocked(
             f"{self.path} changed {_ATTEMPTS} times while being taken: is another run "
-            "starting on this workdir? Wait for it, or pick another --workdir"
+            f"starting on {self.what}? Wait for it, or pick another {self.flag}"
         )
 
     def _take_over(self, holder: dict, reason: str) -> bool:
@@ -268,7 +273,7 @@ class _Lock:
         if taken:
             logging.warning(
                 "taking over the lock of %s left by %s: %s",
-                self.workdir,
+                self.what,
                 _describe(holder),
                 reason,
             )
@@ -350,7 +355,6 @@ def _not_a_folder(workdir) -> str:
     return f"--workdir {workdir} {where}, not a folder: give a folder (new or existing)"
 
 
-@contextlib.contextmanager
 def hold(workdir, command: str):
     """Holds ``workdir``'s lock for the ``with`` block (``command`` names this run in it),
     yielding a :class:`Held` whose ``check()`` the loop calls before it writes.
@@ -358,26 +362,55 @@ def hold(workdir, command: str):
     Raises :class:`WorkdirLocked` on every process while another run holds it; call after
     ``jax.distributed.initialize`` and before anything is written into the workdir.
     """
+
+    def lock() -> _Lock:
+        root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
+        root.mkdir(parents=True, exist_ok=True)
+        return _Lock(os.fspath(root / run_files.LOCK), command)
+
+    def cannot(error) -> str:
+        return f"cannot lock {workdir} ({error}): check that it is writable"
+
+    return _held(workdir, lock, cannot, _not_a_folder)
+
+
+def hold_output(output, command: str):
+    """Holds the lock of the file ``output`` (``OUTPUT.lock`` beside it) for the ``with``
+    block, as :func:`hold` a workdir's: two programs appending to one file would interleave
+    their lines, so the second stops at once naming the first."""
+
+    def lock() -> _Lock:
+        path = paths.resolve(output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _Lock(f"{os.fspath(path)}.lock", command, f"output {output}", "--output")
+
+    def cannot(error) -> str:
+        return f"cannot write {output} ({error.strerror or error}): choose a writable --output"
+
+    return _held(output, lock, cannot)
+
+
+@contextlib.contextmanager
+def _held(where, make_lock, cannot, refuse=lambda where: ""):
+    """The lock ``make_lock()`` makes for ``where``, held for the ``with`` block (yielding its
+    :class:`Held`); ``cannot(error)`` is the refusal where the lock cannot be written,
+    ``refuse(where)`` one found before trying (or "")."""
     lock, refusal, cause = None, "", None
     if jax.process_index() == 0:
-        refusal = _not_a_folder(workdir)
+        refusal = refuse(where)
     if jax.process_index() == 0 and not refusal:
         try:
-            root = paths.resolve(workdir)  # local, or gs:// (see zhlm.paths)
-            root.mkdir(parents=True, exist_ok=True)
-            lock = _Lock(os.fspath(root / run_files.LOCK), command)
+            lock = make_lock()
             lock.acquire()
         except (WorkdirLocked, OSError) as e:
             lock, cause = None, e
-            refusal = str(e)
-            if not isinstance(e, WorkdirLocked):
-                refusal = f"cannot lock {workdir} ({e}): check that it is writable"
+            refusal = str(e) if isinstance(e, WorkdirLocked) else cannot(e)
     refusal = _agree(refusal)
     if refusal:
         prefix = "" if jax.process_index() == 0 else "process 0: "
         raise WorkdirLocked(prefix + refusal) from cause
     try:
-        yield Held(workdir, lock)
+        yield Held(where, lock)
     finally:
         if lock is not None:
             lock.release()

@@ -6,9 +6,12 @@ The models are random (saved the way zhlm-finetune saves ``best/``): what is und
 file front end, not accuracy. Small chunks make a few hundred records several chunks.
 """
 
+import inspect
 import json
 import os
 import random
+import re
+import socket
 import subprocess
 import sys
 
@@ -17,6 +20,8 @@ from etils import epath
 from helpers import DATA, ROOT
 from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
+from zhlm import workdir_lock
+from zhlm.errors import UserError
 from zhlm.finetune import task_files
 from zhlm.finetune.predict import predict, predict_file
 from zhlm.finetune.task_model import TaskModel
@@ -209,3 +214,101 @@ def test_labels_of_inputs_to_predict_are_not_checked(classifier, tmp_path):
         "太差",
         "一般",
     ]
+
+
+# ------------------------------------------------------- one writer, and a disk that fills up
+
+
+def _stderr_lines(stderr):
+    """What zhlm-predict printed on stderr besides its progress bar's refreshes."""
+    bar = re.compile(r"(\?|\d)input/s\]|^\s*$")
+    return [line for line in stderr.splitlines() if not bar.search(line)]
+
+
+@pytest.mark.slow
+def test_a_second_writer_of_an_output_stops_at_once_naming_the_first(
+    workdirs, classifier, tmp_path
+):
+    """Two runs appending to one output would interleave their lines (3,952 lines for 3,000
+    inputs): the output is locked as a workdir is. The first writer is this process, the
+    second a real zhlm-predict, and then this process again."""
+    reviews = _lines(tmp_path / "reviews.tsv", 100)
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={workdirs['classification']}"]
+    cmd += [f"--input={reviews}", f"--output={out}"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    with workdir_lock.hold_output(str(out), "zhlm-predict"):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        with pytest.raises(workdir_lock.WorkdirLocked, match=f"output {out} is in use by"):
+            predict_file(classifier, reviews, str(out), chunk=CHUNK)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    (line,) = _stderr_lines(done.stderr)
+    holder = f"zhlm-predict (pid {os.getpid()} on host {socket.gethostname()}, started "
+    assert line.startswith(f"zhlm-predict: output {out} is in use by {holder}"), line
+    assert line.endswith("wait for it to finish or stop it, or pick another --output"), line
+    assert not out.exists()
+    assert predict_file(classifier, reviews, str(out), chunk=CHUNK) == 100  # released
+    assert not os.path.exists(f"{out}.lock")
+
+
+def _filling_disk(output: str, after: int):
+    """An ``os.write`` for which, from its ``after``+1-th write to ``output`` on, the disk
+    fills up: that write puts down half of what it is given, the next fails with ENOSPC."""
+    import errno
+    import os
+
+    write, calls = os.write, []
+
+    def limited(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}") != output:
+            return write(fd, data)
+        calls.append(fd)
+        if len(calls) <= after:
+            return write(fd, data)
+        if len(calls) == after + 1:
+            return write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    return limited
+
+
+@pytest.mark.slow
+def test_a_full_disk_keeps_the_complete_records_and_says_how_to_continue(
+    workdirs, classifier, tmp_path, monkeypatch
+):
+    """In process: a disk that fills up in the middle of the second chunk leaves the first
+    chunk's records, no half record, and one line; once there is space, the same call ends
+    with the bytes of a run that never stopped. Through the command: one line, exit 1."""
+    reviews = _lines(tmp_path / "reviews.tsv", 300)
+    whole = tmp_path / "whole.jsonl"
+    predict_file(classifier, reviews, str(whole), chunk=CHUNK)
+    out = tmp_path / "out.jsonl"
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "write", _filling_disk(str(out), after=1))
+        with pytest.raises(UserError) as refused:
+            predict_file(classifier, reviews, str(out), chunk=CHUNK)
+    assert str(refused.value) == (
+        f"no space left to write {out} (No space left on device): it keeps its {CHUNK} "
+        "complete records; free space and run the same command again to continue after them"
+    )
+    assert out.read_bytes() == whole.read_bytes()[: len(out.read_bytes())]
+    assert out.read_bytes().endswith(b"\n") and len(out.read_bytes().splitlines()) == CHUNK
+    assert predict_file(classifier, reviews, str(out), chunk=CHUNK) == 300
+    assert out.read_bytes() == whole.read_bytes()
+    cli_out = tmp_path / "cli.jsonl"
+    code = inspect.getsource(_filling_disk)
+    code += f"import os, sys\nos.write = _filling_disk({str(cli_out)!r}, after=0)\n"
+    code += "sys.argv = ['zhlm-predict', *sys.argv[1:]]\n"
+    code += "from zhlm.cli import predict\npredict.run()\n"
+    cmd = [sys.executable, "-c", code, f"--workdir={workdirs['classification']}"]
+    cmd += [f"--input={reviews}", f"--output={cli_out}"]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert _stderr_lines(done.stderr) == [
+        f"zhlm-predict: no space left to write {cli_out} (No space left on device): it keeps "
+        "its 0 complete records; free space and run the same command again to continue after "
+        "them"
+    ]
+    assert cli_out.read_bytes() == b""

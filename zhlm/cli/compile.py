@@ -25,7 +25,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from zhlm.cli import usage  # noqa: E402
+from zhlm.cli import failures, usage  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "Cloud TPU accelerator type, e.g. v5litepod-16.")
@@ -131,11 +131,11 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    from zhlm.train import plan
-
     config, topology, slices = _CONFIG.value, _TOPOLOGY.value, _SLICES.value
     rate = _LOADER.value
-    try:
+    with failures.one_line("zhlm-compile"):
+        from zhlm.train import plan
+
         if _FIND.value:
             found = plan.find_batch(config, topology, slices, loader_records_per_second=rate)
             capped = found["per_chip"] == found["limit"]  # larger is more than the batch has
@@ -150,8 +150,6 @@ def main(argv):
             result = found["plan"]
         else:
             result = plan.compile_plan(config, topology, slices, rate)
-    except (ValueError, RuntimeError) as e:  # DoesNotFit is a ValueError
-        sys.exit(f"zhlm-compile: {e}")
     print(format_plan(result))
     if _JSON.value:
         _write_json(_JSON.value, result)

@@ -20,15 +20,16 @@ Hugging Face output gets the tokenizer files ``AutoTokenizer`` reads
 
 import os
 import shutil
-import sys
+import tempfile
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 import zhlm
-from zhlm import convert, run_files
-from zhlm.cli import usage
+from zhlm import convert, paths, run_files
+from zhlm.cli import failures, usage
 from zhlm.convert import tokenizer_files
+from zhlm.errors import UserError
 from zhlm.models import build_model
 from zhlm.train import checkpoint
 
@@ -55,6 +56,24 @@ def _zhlm_source(folder) -> str | None:
     if run_files.is_params_checkpoint(folder) or run_files.is_pretraining(folder):
         return folder
     return None
+
+
+def _check_writable(output) -> None:
+    """Refuses, before the input is read, an output that cannot be written (a read-only disk,
+    another user's folder, a file): a file is made and removed in it, or in the nearest folder
+    above it that exists."""
+    if paths.is_remote(output):
+        return
+    folder = os.path.abspath(output)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise UserError(
+            f"cannot write to --output={output} ({e.strerror or e}): give a folder this user "
+            "can write to"
+        ) from e
 
 
 def _from_zhlm(source, output):
@@ -88,17 +107,16 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not _INPUT.value or not _OUTPUT.value:
         raise app.UsageError("--input and --output are required")
-    try:
+    interrupted = f": {_OUTPUT.value} may be incomplete; run the same command again"
+    with failures.one_line("zhlm-convert", interrupted):
         source = _zhlm_source(_INPUT.value)
+        if source is not None and _TO.value == "zhlm":
+            raise app.UsageError("--input is already zhlm's: convert it with --to=hf or unset")
+        _check_writable(_OUTPUT.value)
         if source is not None:
-            if _TO.value == "zhlm":
-                raise app.UsageError("--input is already zhlm's: convert it with --to=hf or unset")
             report, what = _from_zhlm(source, _OUTPUT.value)
         else:
             report, what = _from_folder(_INPUT.value, _OUTPUT.value, _TO.value or "zhlm")
-    except (convert.ConversionError, FileNotFoundError, KeyError, ValueError) as e:
-        print(f"zhlm-convert: {e}", file=sys.stderr)
-        return 1
     for line in report.lines():
         print(f"zhlm-convert: {line}")
     print(f"zhlm-convert: wrote {what} {_OUTPUT.value}")

@@ -6,11 +6,9 @@ The runs draw it themselves when they finish; this draws it on demand, e.g. whil
 is going or for a workdir copied down from a bucket. Kept thin: :func:`zhlm.train.curves.plot`.
 """
 
-import sys
-
 from absl import app, flags
 
-from zhlm.cli import usage
+from zhlm.cli import failures, usage
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A zhlm-pretrain or zhlm-finetune workdir.")
 flags.mark_flags_as_required(["workdir"])
@@ -19,12 +17,10 @@ flags.mark_flags_as_required(["workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from zhlm.train import curves
+    with failures.one_line("zhlm-curves"):
+        from zhlm.train import curves
 
-    try:
         print(f"zhlm-curves: wrote {curves.plot(_WORKDIR.value)}")
-    except FileNotFoundError as e:
-        sys.exit(f"zhlm-curves: {e}")
 
 
 def run():

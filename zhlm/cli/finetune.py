@@ -13,12 +13,10 @@ finished run (``results.json``) is refused unless ``--overwrite``.
 Kept thin: flags in, :func:`zhlm.finetune.train.finetune` runs and writes results.json.
 """
 
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from zhlm.cli import usage
+from zhlm.cli import failures, usage
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file.", lock_config=True)
 _INIT = flags.DEFINE_string(
@@ -35,14 +33,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    from zhlm.convert import ConversionError
-    from zhlm.finetune.train import finetune
-    from zhlm.workdir_lock import WorkdirLocked
+    rerun = (
+        ": the same command continues after the last finished epoch (what progress/ keeps is whole)"
+    )
+    with failures.one_line("zhlm-finetune", rerun):
+        from zhlm.finetune.train import finetune
 
-    try:
         finetune(_CONFIG.value, _INIT.value, _WORKDIR.value, _OVERWRITE.value)
-    except (ValueError, FileNotFoundError, KeyError, ConversionError, WorkdirLocked) as e:
-        sys.exit(f"zhlm-finetune: {e}")
 
 
 def run():

@@ -17,11 +17,10 @@ pass. Kept thin: :func:`zhlm.finetune.predict.predict`.
 """
 
 import re
-import sys
 
 from absl import app, flags, logging
 
-from zhlm.cli import usage
+from zhlm.cli import failures, usage
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "zhlm-finetune workdir, its best/ folder or a Hugging Face task folder."
@@ -41,12 +40,14 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    from zhlm.finetune.predict import predict
+    rerun = (
+        f": the same command continues after the last complete record in {_OUTPUT.value} "
+        "(each is written whole)"
+    )
+    with failures.one_line("zhlm-predict", rerun, own_flags):
+        from zhlm.finetune.predict import predict
 
-    try:
         n = predict(_WORKDIR.value, _INPUT.value, _OUTPUT.value, _FORMAT.value, _TEXT_FIELDS.value)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        sys.exit(f"zhlm-predict: {own_flags(str(e))}")
     print(f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record")
 
 

@@ -9,12 +9,10 @@ Several ``--input`` flags name several sources (``name=GLOB``); the loader mixes
 ``--config.data.mixture``.
 """
 
-import sys
-
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from zhlm.cli import usage
+from zhlm.cli import failures, usage
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _INPUT = flags.DEFINE_multi_string("input", None, "Input glob, or name=GLOB for a named source.")
@@ -27,10 +25,10 @@ flags.mark_flags_as_required(["config", "input", "data_dir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from zhlm.data import builder
-
     config = _CONFIG.value
-    try:
+    with failures.one_line("zhlm-prepare"):
+        from zhlm.data import builder
+
         b, report = builder.prepare(
             config.data,
             config.recipe,
@@ -39,9 +37,6 @@ def main(argv):
             num_processes=_PROCESSES.value,
             beam_runner=_BEAM.value,
         )
-    except (ValueError, FileNotFoundError) as e:
-        logging.error("%s", e)
-        sys.exit(f"zhlm-prepare: {e}")
     print(f"dataset: {b.data_dir}")
     print(f"splits: { {k: v.num_examples for k, v in b.info.splits.items()} }")
     print(report.format())

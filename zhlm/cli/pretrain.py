@@ -8,12 +8,10 @@ Without data options it trains on the People's Daily sample bundled in zhlm (pre
 first run and cached). Kept thin: flags in, :func:`zhlm.train.loop.train_and_evaluate` runs.
 """
 
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from zhlm.cli import usage
+from zhlm.cli import failures, usage
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl and TensorBoard.")
@@ -24,13 +22,11 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    from zhlm.train.loop import train_and_evaluate
-    from zhlm.workdir_lock import WorkdirLocked
+    rerun = ": the same command continues from the last checkpoint (checkpoints are kept whole)"
+    with failures.one_line("zhlm-pretrain", rerun):
+        from zhlm.train.loop import train_and_evaluate
 
-    try:
         train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    except (ValueError, FileNotFoundError, FloatingPointError, WorkdirLocked) as e:
-        sys.exit(f"zhlm-pretrain: {e}")
 
 
 def run():

@@ -10,8 +10,10 @@ import dataclasses
 
 import numpy as np
 
+from zhlm.errors import UserError
 
-class ConversionError(ValueError):
+
+class ConversionError(UserError):
     """A folder that cannot be converted; the message says why in full."""
 
 

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from zhlm.data import synonyms, tokenizer, units, words
+from zhlm.errors import UserError
 
 UNIT_FIELDS = ("word_ids", "phrase_ids", "entity_ids")
 EXTRA_FIELDS = ("phrase_ids", "entity_ids", "similar_ids")
@@ -37,7 +38,7 @@ class Document:
 def check_fields(fields) -> tuple[str, ...]:
     unknown = sorted(set(fields) - set(EXTRA_FIELDS))
     if unknown:
-        raise ValueError(f"data.fields: unknown {unknown}; choose from {EXTRA_FIELDS}")
+        raise UserError(f"data.fields: unknown {unknown}; choose from {EXTRA_FIELDS}")
     return tuple(fields)
 
 

@@ -28,6 +28,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from zhlm.data import pipeline, text
+from zhlm.errors import UserError
 
 _BEAM_REPORT = "beam-report-"
 # Arrays stored as their raw bytes: TFDS encodes them twice as fast as int64 lists (its
@@ -96,7 +97,7 @@ class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
             by_source.setdefault(shard.source, []).append(shard)
         for name in by_source:
             if not name.isidentifier():
-                raise ValueError(f"source name {name!r}: use letters, digits and underscores")
+                raise UserError(f"source name {name!r}: use letters, digits and underscores")
         self.info.metadata["sources"] = sorted(by_source)
         return {name: self._generate_examples(name, shards) for name, shards in by_source.items()}
 
@@ -188,7 +189,7 @@ def prepare(
     except AssertionError as e:  # TFDS's words for a split without a single example
         if "No examples were yielded" not in str(e):
             raise
-        raise ValueError(_nothing_came_out(builder.report, inputs)) from None
+        raise UserError(_nothing_came_out(builder.report, inputs)) from None
     if builder.report.counts:
         (epath.Path(builder.data_dir) / "report.txt").write_text(builder.report.format() + "\n")
     return builder, builder.report

@@ -21,6 +21,7 @@ from etils import epath
 from zhlm import paths
 from zhlm.data import annotate, builder
 from zhlm.data.loader import dataset_dir
+from zhlm.errors import NotFound
 
 BUNDLED_CORPUS = "peoples_daily_199801_sample.txt"
 
@@ -65,7 +66,7 @@ def ensure_dataset(config, progress: bool = True) -> str:
     if _complete(path):
         return path
     if config.data.data_dir and not config.data.input:
-        raise FileNotFoundError(
+        raise NotFound(
             f"no prepared dataset at {path}: run zhlm-prepare with --data_dir={data_dir} and "
             "this config, or set config.data.input to prepare it on the fly"
         )
@@ -76,7 +77,7 @@ def ensure_dataset(config, progress: bool = True) -> str:
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices("zhlm dataset prepared")
     if not _complete(path):
-        raise FileNotFoundError(
+        raise NotFound(
             f"process {jax.process_index()} does not see the dataset process 0 prepared at "
             f"{path}: put config.data.data_dir on storage every host reads (e.g. gs://)"
         )

@@ -39,6 +39,7 @@ import bisect
 import dataclasses
 
 from zhlm.data import text
+from zhlm.errors import UserError
 
 TURNS_FIELD = "turns"
 MAX_TURNS = 3  # turns per window at most: ERNIE 1.0's QRQ / QRR / QQR (module docstring)
@@ -60,7 +61,7 @@ def read_dialogues(shard: text.Shard, data_config, report: text.Report, converte
     """The shard's dialogues as lists of ``(role, sentences)`` turns, cleaned and split like
     text (a turn with nothing left is dropped, counted; the others keep their roles)."""
     if not shard.path.endswith((".jsonl", ".jsonl.gz")):
-        raise ValueError(f"dialogue source {shard.source!r}: {shard.path} is not JSON lines")
+        raise UserError(f"dialogue source {shard.source!r}: {shard.path} is not JSON lines")
     for obj in text.json_objects(shard, report):
         turns = obj.get(TURNS_FIELD) if isinstance(obj, dict) else None
         if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
@@ -190,7 +191,7 @@ def check_heads(config) -> None:
     """A run with dialogue sources needs the sentence head that reads their real/fake label:
     without one the DLM would silently be MLM on dialogue text only."""
     if config.data.dialogue_sources and config.model.sentence_head == "none":
-        raise ValueError(
+        raise UserError(
             f"data.dialogue_sources {tuple(config.data.dialogue_sources)} need a sentence head "
             "for the DLM's real/fake label (model.sentence_head nsp or sop), got 'none'"
         )
@@ -200,7 +201,7 @@ def shard_instances(shard, data_config, ann, writer, rngs, converter, report):
     """All DLM records of one dialogue shard (``zhlm.data.pipeline.process_shard`` calls it
     for the sources in ``data.dialogue_sources``)."""
     if data_config.format not in ("segment_pair", "sop"):
-        raise ValueError(
+        raise UserError(
             f"data.dialogue_sources needs a format with sentence_label (segment_pair or sop) "
             f"for the real/fake label, got data.format={data_config.format!r}"
         )

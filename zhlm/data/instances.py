@@ -24,6 +24,7 @@ specials and padding are -1, and ``similar_ids`` is -1 there too.
 import numpy as np
 
 from zhlm.data.annotate import UNIT_FIELDS, Document
+from zhlm.errors import UserError
 
 FORMATS = ("segment_pair", "sop", "full_sentences", "doc_sentences")
 
@@ -209,7 +210,7 @@ def _whole_sentences(doc, pos, room):
 def shard_instances(docs: list[Document], writer, fmt, short_seq_prob, rng, report):
     """All instances of one shard's documents in the given format."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown data.format {fmt!r}; choose from {FORMATS}")
+        raise UserError(f"unknown data.format {fmt!r}; choose from {FORMATS}")
     if fmt in ("segment_pair", "sop"):
         for index in range(len(docs)):
             yield from pair_instances(docs, index, writer, fmt, short_seq_prob, rng, report)

@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from zhlm.errors import UserError
+
 
 def dataset_dir(data_dir: str, config) -> str:
     """Where ``zhlm-prepare`` wrote the dataset for this config."""
@@ -54,16 +56,16 @@ def parse_mixture(mixture: str, sizes: dict) -> dict:
             name, sep, w = item.partition(":")
             name = name.strip()
             if not sep or name not in sizes:
-                raise ValueError(
+                raise UserError(
                     f"data.mixture item {item!r}: want name:weight, names {sorted(sizes)}"
                 )
             weights[name] = float(w)
     total = sum(weights.values())
     if total <= 0 or any(w < 0 for w in weights.values()):
-        raise ValueError(f"data.mixture {mixture!r}: weights must be >= 0 with a positive sum")
+        raise UserError(f"data.mixture {mixture!r}: weights must be >= 0 with a positive sum")
     for name, w in weights.items():
         if w > 0 and sizes[name] == 0:
-            raise ValueError(f"data.mixture: source {name!r} has no examples")
+            raise UserError(f"data.mixture: source {name!r} has no examples")
     return {k: w / total for k, w in sorted(weights.items())}
 
 
@@ -137,9 +139,7 @@ class Loader:
 
             process_index, process_count = jax.process_index(), jax.process_count()
         if global_batch % process_count:
-            raise ValueError(
-                f"batch size {global_batch} not divisible by {process_count} processes"
-            )
+            raise UserError(f"batch size {global_batch} not divisible by {process_count} processes")
         builder = tfds.builder_from_directory(path)
         self.sources = {name: builder.as_data_source(split=name) for name in builder.info.splits}
         total = {name: len(ds) for name, ds in self.sources.items()}
@@ -156,7 +156,7 @@ class Loader:
         self.rows = slice(process_index * local, (process_index + 1) * local)
         self.info = builder.info
         if "fields" not in builder.info.metadata:
-            raise ValueError(
+            raise UserError(
                 f"{path}: a dataset of zhlm_pretrain {builder.info.version}, whose records are "
                 "not one stacked array; prepare it again (zhlm-prepare)"
             )

@@ -22,6 +22,8 @@ candidate; the device still decides per step whether a word is masked and how.
 
 import numpy as np
 
+from zhlm.errors import UserError
+
 
 def read_cilin(path: str) -> list[list[str]]:
     """The ``=`` groups of a Cilin file (``CODE= w1 w2 ...``)."""
@@ -31,7 +33,7 @@ def read_cilin(path: str) -> list[list[str]]:
             code, sep, rest = line.strip().partition(" ")
             if not sep or not code:
                 if line.strip():
-                    raise ValueError(f"{path}:{line_no}: not 'CODE= word ...': {line[:40]!r}")
+                    raise UserError(f"{path}:{line_no}: not 'CODE= word ...': {line[:40]!r}")
                 continue
             if code.endswith("="):
                 words = list(dict.fromkeys(rest.split()))

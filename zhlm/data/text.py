@@ -25,6 +25,7 @@ import zlib
 from collections.abc import Iterator
 
 from zhlm import paths
+from zhlm.errors import UserError
 
 # Full-width ASCII (U+FF01..U+FF5E) maps to ASCII by subtracting 0xFEE0, except the clause and
 # sentence punctuation Chinese text is written with: those stay full-width so the text keeps
@@ -170,7 +171,7 @@ def expand_inputs(patterns, report: Report, shard_bytes: int) -> list[Shard]:
                 for start in range(0, size, shard_bytes):
                     shards.append(Shard(source or "train", path, start, start + shard_bytes))
     if not shards:
-        raise ValueError(f"no input files: {list(patterns)} matched nothing")
+        raise UserError(f"no input files: {list(patterns)} matched nothing")
     return shards
 
 

@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from zhlm.errors import NotFound, UserError
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -42,6 +44,8 @@ class WordPiece:
         from tokenizers import models, normalizers, pre_tokenizers
 
         self.vocab_path = vocab_path
+        if not os.path.isfile(vocab_path):  # the tokenizers library's error names no path
+            raise NotFound(f"{vocab_path}: no such vocabulary file")
         model = models.WordPiece.from_file(
             vocab_path, unk_token="[UNK]", max_input_chars_per_word=100
         )
@@ -54,7 +58,7 @@ class WordPiece:
         self.vocab_size = tok.get_vocab_size(with_added_tokens=False)
         missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
         if missing:
-            raise ValueError(f"{vocab_path}: vocab lacks the special tokens {missing}")
+            raise UserError(f"{vocab_path}: vocab lacks the special tokens {missing}")
 
     def token_to_id(self, token: str) -> int:
         return self._tok.token_to_id(token)
@@ -86,12 +90,14 @@ class SentencePiece:
         import sentencepiece as spm
 
         self.model_path = model_path
+        if not os.path.isfile(model_path):
+            raise NotFound(f"{model_path}: no such sentencepiece model file")
         self._sp = spm.SentencePieceProcessor(model_file=model_path)
         self.vocab_size = self._sp.get_piece_size()
         missing = [t for t in SPECIAL_TOKENS if self._sp.piece_to_id(t) == self._sp.unk_id()]
         missing = [t for t in missing if t != "[UNK]"]
         if missing:
-            raise ValueError(f"{model_path}: model lacks the special tokens {missing}")
+            raise UserError(f"{model_path}: model lacks the special tokens {missing}")
 
     def token_to_id(self, token: str) -> int:
         return self._sp.unk_id() if token == "[UNK]" else self._sp.piece_to_id(token)
@@ -163,6 +169,6 @@ def load_tokenizer(data_config):
         return WordPiece(data_config.vocab or default_vocab(), data_config.lower_case)
     if data_config.tokenizer == "sentencepiece":
         if not data_config.vocab:
-            raise ValueError("data.tokenizer='sentencepiece' needs data.vocab=<model file>")
+            raise UserError("data.tokenizer='sentencepiece' needs data.vocab=<model file>")
         return SentencePiece(data_config.vocab)
-    raise ValueError(f"unknown data.tokenizer {data_config.tokenizer!r}")
+    raise UserError(f"unknown data.tokenizer {data_config.tokenizer!r}")

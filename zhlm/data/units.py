@@ -36,6 +36,8 @@ import re
 
 import numpy as np
 
+from zhlm.errors import NotFound
+
 ENTITY_PREFIXES = ("nr", "ns", "nt")
 _MODIFIER = {"a", "an", "b", "n", "ng", "nz", "vn", "j"}
 _HEAD = {"n", "ng", "nz", "vn", "an", "j"}
@@ -61,7 +63,7 @@ def load_lexicons(lexicon_dir: str) -> tuple[set[str], set[str]]:
         for name in names:
             path = os.path.join(lexicon_dir, f"THUOCL_{name}.txt")
             if not os.path.exists(path):
-                raise FileNotFoundError(f"{path} missing (data.lexicon_dir={lexicon_dir!r})")
+                raise NotFound(f"{path} missing (data.lexicon_dir={lexicon_dir!r})")
             words |= read_lexicon(path)
         return {w for w in words if len(w) >= 2}
 

@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterator, Sequence
 import jax
 import numpy as np
 
+from zhlm.errors import UserError
+
 FIRST_BUCKET = 32  # the shortest default bucket (see the module docstring)
 FLOAT_PAD = -1e9  # per-token float outputs beyond a row's bucket
 INT_PAD = -1  # per-token integer outputs beyond a row's bucket
@@ -62,7 +64,7 @@ def bucket_lengths(length_buckets: Sequence[int], max_seq_length: int) -> tuple[
         return (*powers, max_seq_length)
     lengths = tuple(int(n) for n in length_buckets)
     if list(lengths) != sorted(set(lengths)) or lengths[0] < 1 or lengths[-1] > max_seq_length:
-        raise ValueError(
+        raise UserError(
             f"config.task.length_buckets={lengths}: give increasing lengths from 1 to "
             f"task.max_seq_length={max_seq_length} (empty: powers of two)"
         )

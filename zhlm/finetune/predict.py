@@ -26,6 +26,13 @@ places, else it is refused (never overwritten) with what differs. Ids name a rec
 line unless the input has an ``id`` field, so this tells another file from this one, not an
 edited copy of this one under the same name.
 
+One writer per output: two runs appending to one file would interleave their lines, so the
+output is locked while it is written (``OUTPUT.lock`` beside it,
+:func:`zhlm.workdir_lock.hold_output`) and a second run stops at once naming the first. A
+write that fails (a full disk) or is interrupted is cut back to the last complete record; a
+failure stops the run with one line saying what the output keeps and that the same command
+continues after it.
+
 Cloud outputs (``gs://``): an object cannot be appended to, so the lines go to a local
 temporary file and are uploaded whole when the last is written; a stopped run leaves nothing
 there to continue from, and an existing object is refused. To continue a stopped run of a large
@@ -34,14 +41,16 @@ file, write it locally and copy it when done.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import itertools
 import json
 import os
 import shutil
 import tempfile
 
-from zhlm import paths
+from zhlm import paths, workdir_lock
 from zhlm.errors import UserError
 from zhlm.finetune import task_files
 from zhlm.finetune.task_model import TaskModel
@@ -61,10 +70,12 @@ EXTENSIONS = {
 def predict(source: str, input_file: str, output: str, fmt: str = "", text_fields=()) -> int:
     """Writes predictions for ``input_file`` to ``output`` (JSON lines) with the model of
     ``source`` (a fine-tuning workdir, or its ``best/``), reading it as ``fmt`` (empty: see
-    :func:`input_format`); returns how many the output holds, one per input record."""
-    model = TaskModel.load(source, text_fields=text_fields)
-    model.task.format = input_format(model.kind, model.task, input_file, fmt)
-    return predict_file(model, input_file, output)
+    :func:`input_format`); returns how many the output holds, one per input record. The output
+    is locked first, so a second run on it stops at once, before loading its model."""
+    with workdir_lock.hold_output(output, "zhlm-predict"):
+        model = TaskModel.load(source, text_fields=text_fields)
+        model.task.format = input_format(model.kind, model.task, input_file, fmt)
+        return _predict_file(model, input_file, output)
 
 
 def input_format(kind, task, path: str, fmt: str = "") -> str:
@@ -73,7 +84,7 @@ def input_format(kind, task, path: str, fmt: str = "") -> str:
     formats = kind.formats
     if fmt:
         if fmt not in formats:
-            raise ValueError(f"--format={fmt}: kind {task.kind} reads {', '.join(formats)}")
+            raise UserError(f"--format={fmt}: kind {task.kind} reads {', '.join(formats)}")
         return fmt
     extension = os.path.splitext(os.fspath(path).lower())[1]
     fits = [f for f in EXTENSIONS.get(extension, ()) if f in formats]
@@ -83,7 +94,13 @@ def input_format(kind, task, path: str, fmt: str = "") -> str:
 def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CHUNK) -> int:
     """``model``'s records for every record of ``input_file``, appended to ``output`` a chunk
     at a time after those a stopped run left there (see the module docstring); returns how
-    many the output holds. An input that gives no record is an error."""
+    many the output holds. An input that gives no record is an error. One writer at a time:
+    the output is locked (:func:`zhlm.workdir_lock.hold_output`) while it is written."""
+    with workdir_lock.hold_output(output, "zhlm-predict"):
+        return _predict_file(model, input_file, output, chunk)
+
+
+def _predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CHUNK) -> int:
     from tqdm import tqdm
 
     examples, report = task_files.stream_file(model.kind, model.task, input_file, False)
@@ -91,12 +108,15 @@ def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CH
     done = _done(output)
     _skip(examples, done, input_file, output)
     if done.partial:
-        os.truncate(output, done.size)
+        try:
+            os.truncate(output, done.size)
+        except OSError as e:
+            raise _cannot_write(output, e, done.count) from e
     if done.count:
         cut = " (its unfinished last line dropped)" if done.partial else ""
         print(f"zhlm-predict: continuing after {done.count} records already in {output}{cut}")
     written = done.count
-    with _Appender(output) as out, tqdm(unit="input", desc="zhlm-predict") as bar:
+    with _Appender(output, done.count) as out, tqdm(unit="input", desc="zhlm-predict") as bar:
         for examples_chunk in _chunks(examples, chunk):
             _check_readable(model, input_file, report)
             records = model.predict(examples_chunk)
@@ -146,13 +166,15 @@ def _done(output: str) -> _Done:
     there is none. A cloud object that exists is refused: it cannot be continued."""
     if paths.is_remote(output):
         if paths.resolve(output).exists():
-            raise ValueError(
+            raise UserError(
                 f"{output} exists and a cloud object cannot be continued: remove it or choose "
                 "another --output (a local output continues a stopped run)"
             )
         return _Done()
     if not os.path.exists(output):
         return _Done()
+    if os.path.isdir(output):
+        raise UserError(f"{output} is a folder: give --output a file name (one in it, say)")
     count = size = 0
     first = last = b""
     partial = False
@@ -164,7 +186,7 @@ def _done(output: str) -> _Done:
             count, size = count + 1, size + len(line)
             first, last = first or line, line
     if partial and not count:
-        raise ValueError(
+        raise UserError(
             f"{output} holds no complete zhlm-predict record to continue from: remove it or "
             "choose another --output"
         )
@@ -179,7 +201,7 @@ def _id(line: bytes, output: str, number: int) -> str:
     except ValueError:
         record = None
     if not isinstance(record, dict) or "id" not in record:
-        raise ValueError(
+        raise UserError(
             f"{output}:{number} is not a zhlm-predict record (a JSON object with an id): remove "
             "the file or choose another --output"
         )
@@ -193,35 +215,63 @@ def _skip(examples, done: _Done, input_file: str, output: str) -> None:
     for seen, example in enumerate(itertools.islice(examples, done.count), start=1):
         expected = done.first if seen == 1 else done.last if seen == done.count else None
         if expected is not None and example.guid != expected:
-            raise ValueError(
+            raise UserError(
                 f"{output} is not the output of {input_file}: its record {seen} has id "
                 f"{expected!r}, the input's {example.guid!r}; remove it or choose another --output"
             )
     if seen < done.count:
-        raise ValueError(
+        raise UserError(
             f"{output} has {done.count} records, {input_file} only {seen}: it is not this "
             "input's output; remove it or choose another --output"
         )
 
 
-class _Appender:
-    """Text appended to the output, each write on disk before the next (flush + fsync). A cloud
-    output is written to a local temporary file, uploaded when closed without an error."""
+def _cannot_write(output: str, error: OSError, records: int) -> UserError:
+    """The one-line refusal for an output that cannot be written: a full disk says what is kept
+    and that the same command continues after it."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UserError(
+            f"no space left to write {output} ({error.strerror}): it keeps its {records} "
+            "complete records; free space and run the same command again to continue after them"
+        )
+    return UserError(
+        f"cannot write {output} ({error.strerror or error}): choose a writable --output"
+    )
 
-    def __init__(self, output: str):
-        self.output, self.file = output, None
+
+class _Appender:
+    """Text appended to the output, each write on disk before the next (``os.write`` +
+    ``fsync``, unbuffered: a failed write leaves nothing behind to be flushed later). A write
+    that fails or is interrupted is cut off the file, so it ends with the last complete record;
+    a failure stops the run in one line (:func:`_cannot_write`). A cloud output is written to a
+    local temporary file, uploaded when closed without an error."""
+
+    def __init__(self, output: str, records: int):
+        self.output, self.records, self.file = output, records, None
         self.remote = paths.is_remote(output)
 
     def write(self, text: str) -> None:
-        if self.file is None:  # opened at the first record: no record, no file
-            self.file = tempfile.TemporaryFile() if self.remote else self._local()
-        self.file.write(text.encode("utf-8"))
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        data = memoryview(text.encode("utf-8"))
+        try:
+            if self.file is None:  # opened at the first record: no record, no file
+                self.file = tempfile.TemporaryFile() if self.remote else self._local()
+            fd = self.file.fileno()
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+                os.fsync(fd)
+            except BaseException:  # failed or interrupted (Ctrl-C): no part of a record stays
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        except OSError as e:
+            raise _cannot_write(self.output, e, self.records) from e
+        self.records += text.count("\n")
 
     def _local(self):
         os.makedirs(os.path.dirname(self.output), exist_ok=True)
-        return open(self.output, "ab")
+        return open(self.output, "ab", buffering=0)
 
     def __enter__(self):
         return self

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from zhlm.errors import UserError
 from zhlm.finetune.readers.base import required_fields
 from zhlm.finetune.task_model import TaskModel
 
@@ -72,7 +73,7 @@ class Predictor:
         if isinstance(item, tuple) and len(item) == len(names):
             return dict(zip(names, item, strict=True))
         size = f" of {len(item)}" if isinstance(item, tuple) else ""
-        raise ValueError(f"input {index} is a {type(item).__name__}{size}; {self._expected()}")
+        raise UserError(f"input {index} is a {type(item).__name__}{size}; {self._expected()}")
 
     def _expected(self) -> str:
         names = self.inputs

@@ -47,7 +47,7 @@ START_ANEW = "pass --overwrite to start the run anew (progress/ keeps no earlier
 _CHUNK = 1 << 20  # bytes a file is hashed by: memory stays flat whatever its size
 
 
-class FinishedRun(ValueError):
+class FinishedRun(UserError):
     """The workdir holds a finished run and ``--overwrite`` was not given."""
 
 
@@ -256,7 +256,7 @@ def _check_same(workdir, saved, identity, config):
         differs.append(f"--init: {saved.get('init')!r} -> {identity['init']!r}")
     differs += resume.config_changes(saved.get("config", {}), config)
     if differs:
-        raise ValueError(
+        raise UserError(
             f"{workdir} holds an interrupted run of another config; continue it with the same "
             "flags, or pass --overwrite to start this one there: " + "; ".join(differs[:8])
         )

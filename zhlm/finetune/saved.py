@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from zhlm import run_files
+from zhlm.errors import UserError
 from zhlm.finetune import kinds
 from zhlm.train import checkpoint
 
@@ -43,7 +44,7 @@ def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:
         if part == head and mismatch:
             continue  # e.g. a classifier for another label set: train a fresh one
         if mismatch:
-            raise ValueError(f"pretrained parameters do not fit the model: {', '.join(mismatch)}")
+            raise UserError(f"pretrained parameters do not fit the model: {', '.join(mismatch)}")
         out[part] = traverse.unflatten_dict({k: jnp.asarray(old[k], new[k].dtype) for k in new})
     left_fresh = [part for part in out if out[part] is fresh[part]]
     return out, left_fresh

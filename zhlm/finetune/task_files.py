@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.errors import UserError
+from zhlm.errors import NotFound, UserError
 from zhlm.finetune.readers import tables
 from zhlm.finetune.readers.report import MALFORMED_LINE
 
@@ -33,12 +33,12 @@ from zhlm.finetune.readers.report import MALFORMED_LINE
 def check_task(kind, task) -> None:
     """Fails with one line naming the key when a path is missing or the keys do not fit."""
     if task.format not in kind.formats:
-        raise ValueError(
+        raise UserError(
             f"config.task.format={task.format!r} cannot feed kind {task.kind!r} "
             f"(use {' or '.join(kind.formats)})"
         )
     if (task.text_fields or task.label_field) and task.format not in tables.FORMATS:
-        raise ValueError(
+        raise UserError(
             f"config.task.text_fields/label_field: format {task.format!r} has fixed fields "
             f"(they apply to {', '.join(tables.FORMATS)})"
         )
@@ -53,16 +53,16 @@ def check_task(kind, task) -> None:
             "name (classification and pair tables do): leave it empty"
         )
     if not 0.0 <= task.holdout < 1.0:
-        raise ValueError(f"config.task.holdout={task.holdout} must be in [0, 1)")
+        raise UserError(f"config.task.holdout={task.holdout} must be in [0, 1)")
     if not task.train_file:
-        raise ValueError("config.task.train_file is empty: pass --config.task.train_file=PATH")
+        raise UserError("config.task.train_file is empty: pass --config.task.train_file=PATH")
     if task.holdout == 0 and not task.dev_file:
-        raise ValueError(
+        raise UserError(
             "config.task.dev_file is empty: pass --config.task.dev_file=PATH (or "
             "--config.task.holdout=0.2 to evaluate on 20% of the training file, drawn at random)"
         )
     if task.dev_file and task.holdout > 0:
-        raise ValueError("set one of config.task.dev_file and config.task.holdout, not both")
+        raise UserError("set one of config.task.dev_file and config.task.holdout, not both")
 
 
 def _spelled(labels) -> str:
@@ -124,13 +124,11 @@ def no_records(kind, task, path: str, report) -> UserError:
 def _check_exists(task, path: str) -> None:
     folder = task.format == "datasets"  # save_to_disk writes a folder
     if folder and not os.path.isdir(path):
-        raise FileNotFoundError(
-            f"{path}: no such folder (format datasets reads a save_to_disk folder)"
-        )
+        raise NotFound(f"{path}: no such folder (format datasets reads a save_to_disk folder)")
     if not folder and os.path.isdir(path):
         raise UserError(f"{path} is a folder: give the file in it to read")
     if not folder and not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
+        raise NotFound(f"{path}: no such file")
 
 
 def read_task(kind, task):
@@ -195,7 +193,7 @@ def load_tokenizer(task, loaded=None) -> WordPiece:
     vocab = task.vocab
     if not vocab and loaded is not None:
         if loaded.tokenizer != "wordpiece":
-            raise ValueError(
+            raise UserError(
                 f"{loaded.description} was pretrained with a {loaded.tokenizer} tokenizer; "
                 "fine-tuning reads WordPiece vocabularies (set config.task.vocab to a vocab.txt)"
             )

@@ -28,6 +28,7 @@ import json
 import jax
 
 from zhlm import defaults, paths, run_files
+from zhlm.errors import NotFound, UserError
 from zhlm.finetune import batching, kinds, saved, task_files
 from zhlm.finetune.readers.base import input_fields
 from zhlm.models import model_config
@@ -64,7 +65,7 @@ class TaskModel:
         elif _hf_config(source) is not None:
             model, params, config = from_hf(source, kind)
         else:
-            raise FileNotFoundError(
+            raise NotFound(
                 f"{source}: no fine-tuned model (a zhlm-finetune workdir with {run_files.BEST}/, "
                 "or a Hugging Face task folder with config.json)"
             )
@@ -101,7 +102,7 @@ def from_hf(source: str, kind_name: str = ""):
     fresh = saved.init_params(model, jax.random.key(0), kind.example_inputs(task))
     params, left_fresh = saved.merge(fresh, loaded.with_task_heads(), kind.export.head)
     if kind.export.head in left_fresh:
-        raise ValueError(
+        raise UserError(
             f"{source}: no trained {kind.export.head!r} of {kind.name} in its weights (a random "
             "head predicts nothing): fine-tune it with zhlm-finetune --init=FOLDER first"
         )

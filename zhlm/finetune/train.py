@@ -168,14 +168,14 @@ def _pretrained(config, init) -> checkpoint.Loaded | None:
 def _check_fits(config, tokenizer):
     for key in ("epochs", "seeds", "batch_size"):
         if config.train[key] < 1:
-            raise ValueError(f"config.train.{key}={config.train[key]} must be at least 1")
+            raise UserError(f"config.train.{key}={config.train[key]} must be at least 1")
     if config.task.max_seq_length > config.model.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"task.max_seq_length={config.task.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.model.max_position_embeddings}"
         )
     if tokenizer.vocab_size > config.model.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"the vocab has {tokenizer.vocab_size} tokens, the model only "
             f"{config.model.vocab_size} word embeddings"
         )
@@ -194,7 +194,7 @@ class _Data:
         train = learned[: limits.max_train_examples or None]
         self.examples = evaluation[: limits.max_eval_examples or None]
         if not train or not self.examples:
-            raise ValueError(f"{task.name}: no usable training or evaluation examples")
+            raise UserError(f"{task.name}: no usable training or evaluation examples")
         self.num_train_examples = len(train)
         self.train = kind.featurize(train, tokenizer, task, training=True).arrays
         self.eval = kind.featurize(self.examples, tokenizer, task, training=False)

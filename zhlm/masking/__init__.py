@@ -23,6 +23,7 @@ the SBO head, ``span_left``, ``span_right``, ``span_offset`` [B,P]. Other fields
 import jax
 import jax.numpy as jnp
 
+from zhlm.errors import UserError
 from zhlm.masking.replace import KEEP, MASK, POLICIES, RANDOM, SIMILAR, check_vocab, replace
 from zhlm.masking.schemes import SCHEMES, span_length_probs
 from zhlm.masking.select import budget, predictions, select_units, span_boundaries
@@ -46,20 +47,20 @@ _FIELDS = ("input_ids", "attention_mask", "word_ids", "phrase_ids", "entity_ids"
 
 def _check(config):
     if not jax.config.jax_threefry_partitionable:
-        raise ValueError(
+        raise UserError(
             "jax_threefry_partitionable is off: masks would depend on the sharding; turn it on "
             "(JAX's default since 0.5)"
         )
     cfg = config.masking
     if cfg.scheme not in SCHEMES:
-        raise ValueError(f"masking.scheme={cfg.scheme!r}; expected one of {', '.join(SCHEMES)}")
+        raise UserError(f"masking.scheme={cfg.scheme!r}; expected one of {', '.join(SCHEMES)}")
     if cfg.scheme == "correction" and POLICIES[cfg.replacement].similar == 0:
-        raise ValueError(
+        raise UserError(
             "masking.scheme='correction' replaces with similar words: use replacement='mac' "
             f"(got {cfg.replacement!r}; plain n-gram selection is scheme='ngram')"
         )
     if not 0 <= cfg.random_token_min < config.model.vocab_size:
-        raise ValueError(f"masking.random_token_min={cfg.random_token_min} outside the vocab")
+        raise UserError(f"masking.random_token_min={cfg.random_token_min} outside the vocab")
 
 
 def _mask_example(bits, ex, config):

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from zhlm.errors import UserError
 from zhlm.masking.schemes import uniform
 
 KEEP, MASK, RANDOM, SIMILAR = 0, 1, 2, 3  # decision codes, in ``details['replacement']``
@@ -44,7 +45,7 @@ _SPECIAL = re.compile(r"^(\[[A-Za-z]+\d*\]|<[A-Za-z]+>|\[unused\d+\])$")
 
 def policy(name):
     if name not in POLICIES:
-        raise ValueError(f"masking.replacement={name!r}; expected one of {', '.join(POLICIES)}")
+        raise UserError(f"masking.replacement={name!r}; expected one of {', '.join(POLICIES)}")
     return POLICIES[name]
 
 
@@ -55,7 +56,7 @@ def replace(bits, ex, selected, unit, cfg, vocab_size):
     bias is below range / 2**32, 5e-6 relative for the Google vocab)."""
     probs = policy(cfg.replacement)
     if cfg.replacement_unit not in REPLACEMENT_UNITS:
-        raise ValueError(
+        raise UserError(
             f"masking.replacement_unit={cfg.replacement_unit!r}; expected token or unit"
         )
     u = uniform(bits[0])
@@ -73,7 +74,7 @@ def replace(bits, ex, selected, unit, cfg, vocab_size):
     new = jnp.where(decision == RANDOM, random_ids, new)
     if probs.similar > 0:
         if "similar_ids" not in ex:
-            raise ValueError(f"masking.replacement={cfg.replacement!r} needs batch['similar_ids']")
+            raise UserError(f"masking.replacement={cfg.replacement!r} needs batch['similar_ids']")
         # The data aligns a similar (or same-length random) word; where it has none (-1), or
         # the candidate is a special such as [UNK], fall back to a random token.
         good = ex["similar_ids"] >= cfg.random_token_min
@@ -83,14 +84,14 @@ def replace(bits, ex, selected, unit, cfg, vocab_size):
 
 
 def check_vocab(tokens, cfg, vocab_size):
-    """Raises ValueError unless ``tokens`` (the vocab, id order) fits the masking layout:
+    """Raises UserError unless ``tokens`` (the vocab, id order) fits the masking layout:
     [MASK] at ``mask_token_id``, no special or [unusedN] token at or above ``random_token_min``,
     and ``vocab_size`` rows."""
     if len(tokens) != vocab_size:
-        raise ValueError(f"vocab has {len(tokens)} tokens, config.model.vocab_size={vocab_size}")
+        raise UserError(f"vocab has {len(tokens)} tokens, config.model.vocab_size={vocab_size}")
     if tokens[cfg.mask_token_id] != "[MASK]":
         found = tokens[cfg.mask_token_id]
-        raise ValueError(f"masking.mask_token_id={cfg.mask_token_id} is {found!r}, not [MASK]")
+        raise UserError(f"masking.mask_token_id={cfg.mask_token_id} is {found!r}, not [MASK]")
     bad = [(i, t) for i, t in enumerate(tokens) if i >= cfg.random_token_min and _SPECIAL.match(t)]
     if bad:
-        raise ValueError(f"special tokens inside the random-replacement range: {bad[:5]}")
+        raise UserError(f"special tokens inside the random-replacement range: {bad[:5]}")

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zhlm.errors import UserError
+
 
 class Units(NamedTuple):
     """One example's units. ``fallback`` units are ranked after all others (ERNIE priority)."""
@@ -158,7 +160,7 @@ def knowledge_units(bits, ex, cfg):
     sequence masks entities first, as the paper's stages intend."""
     for field in ("phrase_ids", "entity_ids"):
         if field not in ex:
-            raise ValueError(f"masking.scheme='knowledge' needs batch[{field!r}] (ERNIE units)")
+            raise UserError(f"masking.scheme='knowledge' needs batch[{field!r}] (ERNIE units)")
     cand = candidates(ex)
     probs = np.asarray(cfg.knowledge_probs, np.float64)
     cdf = jnp.asarray(np.cumsum(probs / probs.sum())[:-1], jnp.float32)

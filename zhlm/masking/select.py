@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zhlm.errors import UserError
+
 OVERFLOW = ("truncate", "skip")
 _LAST = np.uint32(0xFFFFFFFF)  # sort key of non-candidates: after every unit
 
@@ -50,7 +52,7 @@ def select_units(bits, units, count, overflow):
         length = jax.ops.segment_sum(units.cand.astype(jnp.int32), unit, num_segments=s)
         selected = rank - (pos - first) + length[unit] <= count
     else:
-        raise ValueError(f"masking.overflow={overflow!r}; expected one of {', '.join(OVERFLOW)}")
+        raise UserError(f"masking.overflow={overflow!r}; expected one of {', '.join(OVERFLOW)}")
     return selected & units.cand, jnp.where(units.cand, unit, -1)
 
 

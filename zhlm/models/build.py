@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zhlm.errors import UserError
 from zhlm.models.encoder import REMAT_POLICIES
 from zhlm.models.layers import ACTIVATIONS, ModelConfig
 from zhlm.models.model import Model
@@ -29,20 +30,20 @@ VOCAB_LEAVES = ("embeddings/word_embeddings/embedding", "mlm/decoder/bias", "sbo
 
 def _choice(name, value, allowed):
     if value not in allowed:
-        raise ValueError(f"config.model.{name}={value!r}; expected one of {', '.join(allowed)}")
+        raise UserError(f"config.model.{name}={value!r}; expected one of {', '.join(allowed)}")
     return value
 
 
 def _positive(name, value):
     if int(value) < 1:
-        raise ValueError(f"config.model.{name}={value!r}; expected an integer >= 1")
+        raise UserError(f"config.model.{name}={value!r}; expected an integer >= 1")
     return int(value)
 
 
 def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
     """Resolves ``config.model`` (size name plus explicit overrides) into a ``ModelConfig``."""
     if model.size not in SIZES and not (model.num_layers and model.hidden_size and model.num_heads):
-        raise ValueError(
+        raise UserError(
             f"config.model.size={model.size!r} is not one of {', '.join(SIZES)}; a custom size "
             "needs num_layers, hidden_size and num_heads"
         )
@@ -51,14 +52,14 @@ def model_config(model: ml_collections.ConfigDict) -> ModelConfig:
         if model[key]:
             dims[key] = model[key]
     if dims["hidden_size"] % dims["num_heads"]:
-        raise ValueError(
+        raise UserError(
             f"hidden size {dims['hidden_size']} is not divisible by {dims['num_heads']} heads"
         )
     share = _choice("share_layers", model.share_layers, SHARING)
     if share == "none" and (model.num_groups != 1 or model.inner_group_num != 1):
-        raise ValueError("num_groups / inner_group_num > 1 need share_layers='all' (ALBERT)")
+        raise UserError("num_groups / inner_group_num > 1 need share_layers='all' (ALBERT)")
     if not 1 <= model.num_groups <= dims["num_layers"] or model.inner_group_num < 1:
-        raise ValueError(
+        raise UserError(
             f"num_groups={model.num_groups} must be in [1, num_layers={dims['num_layers']}] "
             f"and inner_group_num={model.inner_group_num} >= 1"
         )

@@ -44,6 +44,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
 
+from zhlm.errors import UserError
+
 MAX_LENGTH = 512  # one (sequence, head) block in VMEM; every recipe's sequences are this or less
 _NEG = float(jnp.finfo(jnp.float32).min)  # as the XLA path's masked logits
 
@@ -56,7 +58,7 @@ def flash_attention(q, k, v, mask, keep=None, rate: float = 0.0):
     q, k and v."""
     b, s, h, d = q.shape
     if s > MAX_LENGTH:
-        raise ValueError(
+        raise UserError(
             f"attention_impl='flash' handles sequences up to {MAX_LENGTH} tokens, got {s}: "
             "use attention_impl='xla'"
         )

@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zhlm.errors import UserError
 from zhlm.models import flash
 
 # Sharding constraints on activations. Besides steering layouts, they are needed for
@@ -258,7 +259,7 @@ class Embeddings(nn.Module):
         where the segment changes; None: positions 0..S-1."""
         seq_len = input_ids.shape[-1]
         if seq_len > self.config.max_position_embeddings:
-            raise ValueError(
+            raise UserError(
                 f"sequence length {seq_len} exceeds max_position_embeddings "
                 f"{self.config.max_position_embeddings}"
             )

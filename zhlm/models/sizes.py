@@ -4,6 +4,8 @@ A size names layers L, hidden width H and heads A; the feed-forward width is 4H.
 factorised embedding width is a separate key (``model.embed_dim``), not part of the size.
 """
 
+from zhlm.errors import UserError
+
 SIZES = {
     "tiny": dict(num_layers=2, hidden_size=128, num_heads=2),
     "mini": dict(num_layers=4, hidden_size=256, num_heads=4),
@@ -21,7 +23,7 @@ ALBERT_SIZES = BERT_SIZES + ("xlarge", "xxlarge")
 
 
 def check_size(name: str, allowed=BERT_SIZES) -> str:
-    """Returns ``name`` or raises a ValueError that lists the sizes this recipe has."""
+    """Returns ``name`` or raises a UserError that lists the sizes this recipe has."""
     if name not in allowed:
-        raise ValueError(f"unknown size {name!r}; this recipe has: {', '.join(allowed)}")
+        raise UserError(f"unknown size {name!r}; this recipe has: {', '.join(allowed)}")
     return name

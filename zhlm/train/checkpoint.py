@@ -27,7 +27,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from zhlm import defaults, paths, run_files
-from zhlm.errors import UserError
+from zhlm.errors import NotFound, UserError
 from zhlm.models import abstract_variables, build_model
 
 VOCAB = "vocab.txt"  # a Hugging Face folder's (or any source folder's) WordPiece vocabulary
@@ -95,7 +95,7 @@ def load_params(path: str, remedy: str = REWRITE):
     files do not read (a copy or a write cut short) raises :class:`DamagedCheckpoint`, one line
     naming it, why, and ``remedy``."""
     if not run_files.is_params_checkpoint(path):
-        raise FileNotFoundError(
+        raise NotFound(
             f"{path}: not a zhlm parameter checkpoint "
             f"(needs {run_files.CONFIG} and {run_files.PARAMS}/)"
         )
@@ -174,8 +174,12 @@ def _folder_vocab(source: str) -> str:
 def _read_config(folder) -> ml_collections.ConfigDict:
     path = run_files.path(folder, run_files.CONFIG)
     if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {run_files.CONFIG}")
-    return defaults.config_from_dict(json.loads(path.read_text()))
+        raise NotFound(f"{folder}: no {run_files.CONFIG}")
+    try:
+        return defaults.config_from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError) as e:  # damaged, or written by another version of zhlm
+        reason = e.args[0] if isinstance(e, KeyError) and e.args else e
+        raise UserError(f"{path} does not read as a zhlm config: {reason}") from e
 
 
 def _load_pretraining(folder: str) -> Loaded:
@@ -206,8 +210,8 @@ def _load_pretraining(folder: str) -> Loaded:
         params = jax.tree_util.tree_map(jax.numpy.asarray, state["params"])
         return Loaded(params, config, f"pretraining workdir {folder} (step {step})")
     if skipped:
-        raise ValueError(f"{folder}: no checkpoint reads ({'; '.join(skipped)})")
-    raise FileNotFoundError(f"{folder}/{run_files.CHECKPOINTS}: no checkpoint to start from")
+        raise UserError(f"{folder}: no checkpoint reads ({'; '.join(skipped)})")
+    raise NotFound(f"{folder}/{run_files.CHECKPOINTS}: no checkpoint to start from")
 
 
 def quiet_orbax():

@@ -12,6 +12,7 @@ workdir, also while a run is going.
 import io
 
 from zhlm import run_files
+from zhlm.errors import NotFound
 from zhlm.train import metrics
 
 CURVES = "curves.png"
@@ -33,7 +34,7 @@ def plot(workdir: str) -> str:
 
     lines = metrics.read(workdir, split=None)
     if not lines:
-        raise FileNotFoundError(f"{workdir}: {run_files.METRICS} has no lines to draw")
+        raise NotFound(f"{workdir}: {run_files.METRICS} has no lines to draw")
     splits = list(dict.fromkeys(line["split"] for line in lines))
     panels = [(t, [k for k in _keys(lines) if keep(k)]) for t, keep in PANELS]
     panels = [(title, keys) for title, keys in panels if keys]

@@ -30,6 +30,7 @@ from absl import logging
 from zhlm import paths, run_files, workdir_lock
 from zhlm.data import cache, dialogue
 from zhlm.data import loader as data_loader
+from zhlm.errors import UserError
 from zhlm.train import checkpoint, curves, resume, sharding, sums
 from zhlm.train import metrics as metrics_lib
 from zhlm.train.step import make_trainer
@@ -85,11 +86,16 @@ class _Preemption:
         return self.signalled
 
 
+class Diverged(UserError, FloatingPointError):
+    """The loss or the gradient norm is no longer finite: the run stops, its last checkpoint
+    (the last good one) kept. A ``FloatingPointError`` too."""
+
+
 def _check_finite(m, step: int, last_saved):
     loss, norm = float(m["total_loss_sum"]), float(m["grad_norm"])
     if not (np.isfinite(loss) and np.isfinite(norm)):
         where = f"step {last_saved}" if last_saved is not None else "none written"
-        raise FloatingPointError(
+        raise Diverged(
             f"loss {loss} / gradient norm {norm} at step {step}: stopping; the last good "
             f"checkpoint is kept ({where})"
         )

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from zhlm.errors import UserError
+
 STACKED_PREFIX = ("encoder", "layers")  # parameters with one set per layer on axis 0
 
 
@@ -102,9 +104,9 @@ def learning_rate_schedule(optim: ml_collections.ConfigDict, num_steps: int):
     """
     peak, warmup = optim.peak_lr, optim.warmup_steps
     if optim.schedule not in ("bert", "linear", "polynomial"):
-        raise ValueError(f"config.optim.schedule={optim.schedule!r}: bert, linear or polynomial")
+        raise UserError(f"config.optim.schedule={optim.schedule!r}: bert, linear or polynomial")
     if not 0 <= warmup < num_steps:
-        raise ValueError(
+        raise UserError(
             f"optim.warmup_steps={warmup} must be in [0, num_steps={num_steps}): set "
             "--config.optim.warmup_steps with a shorter train.num_steps (tiny and mini recipes "
             "take theirs from zhlm.defaults.local_warmup of their own 600 steps)"
@@ -127,7 +129,7 @@ def learning_rate_schedule(optim: ml_collections.ConfigDict, num_steps: int):
 def make_optimizer(optim: ml_collections.ConfigDict, num_steps: int, params):
     """``(optax chain, schedule)`` for ``config.optim`` (see the module docstring)."""
     if optim.name not in ("lamb", "adamw"):
-        raise ValueError(f"config.optim.name={optim.name!r}: lamb or adamw")
+        raise UserError(f"config.optim.name={optim.name!r}: lamb or adamw")
     schedule = learning_rate_schedule(optim, num_steps)
     decay_mask = _path_mask(params, lambda p: not matches(p, optim.decay_exclude))
     parts = []

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import optax
 
 from zhlm.data import pipeline
+from zhlm.errors import UserError
 from zhlm.models import dropout_rngs
 from zhlm.train import hlo_stats, metrics, sharding, tpu
 from zhlm.train import state as state_lib
@@ -52,7 +53,7 @@ from zhlm.train.step import abstract_key, make_trainer
 HEADROOM = 0.95  # share of HBM a plan may use: the runtime keeps some for itself
 
 
-class DoesNotFit(ValueError):
+class DoesNotFit(UserError):
     """The step cannot fit the chip's HBM; the message has the numbers."""
 
 

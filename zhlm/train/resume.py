@@ -34,6 +34,7 @@ from etils import epath
 from flax import traverse_util
 
 from zhlm import paths, run_files
+from zhlm.errors import UserError
 from zhlm.models import fit_vocab
 from zhlm.train import checkpoint, curves
 
@@ -47,7 +48,7 @@ RUN_FILES = (
 )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """The workdir's checkpoints cannot be continued, or a save failed: the run stops with
     this one message, which says what to do."""
 
@@ -255,7 +256,7 @@ def place_params(params, abstract_params, shardings, path: str, model_config=Non
         if k in flat and tuple(np.shape(flat[k])) != tuple(want[k].shape)
     ]
     if errors:
-        raise ValueError(
+        raise UserError(
             f"init_from {path}: parameters do not fit config.model (set its dims to the "
             "checkpoint's):\n  " + "\n  ".join(errors[:20])
         )

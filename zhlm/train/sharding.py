@@ -13,6 +13,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zhlm.errors import UserError
+
 P = jax.sharding.PartitionSpec
 
 
@@ -21,14 +23,14 @@ def mesh_shape(config, num_devices):
     names = tuple(name for name, _ in config.train.mesh)
     sizes = [size for _, size in config.train.mesh]
     if sizes.count(-1) > 1:
-        raise ValueError(f"config.train.mesh={config.train.mesh}: at most one axis may be -1")
+        raise UserError(f"config.train.mesh={config.train.mesh}: at most one axis may be -1")
     fixed = math.prod(s for s in sizes if s != -1)
     if -1 in sizes:
         if num_devices % fixed:
-            raise ValueError(f"mesh {config.train.mesh} does not divide {num_devices} devices")
+            raise UserError(f"mesh {config.train.mesh} does not divide {num_devices} devices")
         sizes[sizes.index(-1)] = num_devices // fixed
     if math.prod(sizes) != num_devices:
-        raise ValueError(
+        raise UserError(
             f"mesh {dict(zip(names, sizes, strict=True))} needs {math.prod(sizes)} devices, "
             f"there are {num_devices}"
         )
@@ -50,12 +52,12 @@ def check_divisibility(config, mesh, model_config):
     data = mesh.shape["data"] * mesh.shape["fsdp"]
     batch = config.train.batch_size // config.train.micro_batches
     if config.train.batch_size % config.train.micro_batches:
-        raise ValueError(
+        raise UserError(
             f"batch_size {config.train.batch_size} is not divisible by micro_batches "
             f"{config.train.micro_batches}"
         )
     if batch % data:
-        raise ValueError(f"micro-batch {batch} is not divisible by data x fsdp = {data} devices")
+        raise UserError(f"micro-batch {batch} is not divisible by data x fsdp = {data} devices")
     tensor = mesh.shape["tensor"]
     for what, n in (
         ("heads", model_config.num_heads),
@@ -63,7 +65,7 @@ def check_divisibility(config, mesh, model_config):
         ("the padded vocabulary (config.model.vocab_multiple)", model_config.padded_vocab_size),
     ):
         if n % tensor:
-            raise ValueError(f"{what}={n} is not divisible by the tensor axis ({tensor})")
+            raise UserError(f"{what}={n} is not divisible by the tensor axis ({tensor})")
 
 
 def logical_shardings(abstract_tree, mesh, config):

@@ -26,6 +26,8 @@ import math
 import os
 import re
 
+from zhlm.errors import UserError
+
 GIB = 2**30
 
 
@@ -85,7 +87,7 @@ def _shape_3d(chips: int) -> tuple:
     (double the smallest, last-listed dimension); other counts need an explicit shape."""
     power = chips.bit_length() - 1
     if chips < 4 or 2**power != chips:
-        raise ValueError(f"{chips} chips: give the slice shape, e.g. v4-384:4x4x12")
+        raise UserError(f"{chips} chips: give the slice shape, e.g. v4-384:4x4x12")
     shape = [2, 2, 1]
     for _ in range(power - 2):
         small = min(shape)
@@ -99,24 +101,24 @@ def parse(topology: str, num_slices: int = 1) -> Slice:
     m = re.fullmatch(r"([a-z0-9]+)-(\d+)(?::(\d+(?:x\d+)+))?", topology.strip().lower())
     if not m or ALIASES.get(m[1], m[1]) not in CHIPS:
         known = ", ".join(f"{g}-N" for g in CHIPS)
-        raise ValueError(f"unknown TPU accelerator type {topology!r} (known: {known})")
+        raise UserError(f"unknown TPU accelerator type {topology!r} (known: {known})")
     chip = CHIPS[ALIASES.get(m[1], m[1])]
     count = int(m[2])
     if count % chip.cores_per_chip:
-        raise ValueError(f"{topology}: {chip.generation}-N counts TensorCores, N is even")
+        raise UserError(f"{topology}: {chip.generation}-N counts TensorCores, N is even")
     chips = count // chip.cores_per_chip
     if m[3]:
         shape = tuple(int(s) for s in m[3].split("x"))
         if math.prod(shape) != chips or len(shape) != chip.dims:
-            raise ValueError(f"{topology}: shape {m[3]} is not {chips} chips in {chip.dims}D")
+            raise UserError(f"{topology}: shape {m[3]} is not {chips} chips in {chip.dims}D")
     elif chip.dims == 3:
         shape = _shape_3d(chips)
     elif chips in SHAPES_2D:
         shape = SHAPES_2D[chips]
     else:
-        raise ValueError(f"{topology}: {chip.generation} slices have {sorted(SHAPES_2D)} chips")
+        raise UserError(f"{topology}: {chip.generation} slices have {sorted(SHAPES_2D)} chips")
     if num_slices < 1:
-        raise ValueError(f"num_slices={num_slices}: at least 1")
+        raise UserError(f"num_slices={num_slices}: at least 1")
     return Slice(topology, chip, shape, num_slices)
 
 
@@ -153,6 +155,7 @@ def devices(s: Slice) -> list:
         )
     except RuntimeError as e:
         if "not installed" in str(e):
-            raise RuntimeError(f"{e}\nzhlm-compile needs libtpu: pip install -e '.[tpu]'") from e
+            first = str(e).strip().splitlines()[0]
+            raise UserError(f"zhlm-compile needs libtpu: pip install -e '.[tpu]' ({first})") from e
         raise
     return sorted(topo.devices, key=lambda d: d.id)

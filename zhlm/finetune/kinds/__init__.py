@@ -13,6 +13,7 @@ new format or metric, one line in :data:`KINDS`, and a sample in
 
 from __future__ import annotations
 
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import TaskKind
 from zhlm.finetune.kinds.classification import Classification
 from zhlm.finetune.kinds.mrc import Mrc
@@ -37,7 +38,7 @@ KINDS: dict[str, TaskKind] = {
 
 def get(name: str) -> TaskKind:
     if name not in KINDS:
-        raise ValueError(f"config.task.kind={name!r}; expected one of {', '.join(KINDS)}")
+        raise UserError(f"config.task.kind={name!r}; expected one of {', '.join(KINDS)}")
     return KINDS[name]
 
 
@@ -57,12 +58,12 @@ def for_hf(hf_config: dict, name: str = "") -> TaskKind:
     name = name or (exported if exported in KINDS else "")
     if name:
         if get(name) not in fits:
-            raise ValueError(f"kind {name!r} cannot read a {architecture or 'model'} folder")
+            raise UserError(f"kind {name!r} cannot read a {architecture or 'model'} folder")
         return get(name)
     fits = [k for k in fits if k.export.takes(hf_config)]
     if not fits:
         classes = sorted({k.export.hf_class for k in KINDS.values()})
-        raise ValueError(
+        raise UserError(
             f"a {architecture or 'model without architectures'} folder is no task model zhlm "
             f"predicts with (its classes: *{', *'.join(classes)}); fine-tune it with "
             "zhlm-finetune --init=FOLDER first"

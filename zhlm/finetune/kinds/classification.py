@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zhlm.convert import layout
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy, entropy
 from zhlm.finetune.kinds.windows import special_ids, truncate_pair
 from zhlm.finetune.metrics.classes import class_scores
@@ -76,7 +77,7 @@ class Classification(TaskKind):
             found = sorted(counts, key=_label_order)
             if len(train) >= 10 and len(found) > len(train) / 2:
                 looks = sniff.describe(task.train_file, self.reader.texts)
-                raise ValueError(
+                raise UserError(
                     f"{task.train_file}: {len(found)} distinct labels in {len(train)} records: "
                     "is the label column where it was looked for? (config.task.labels takes "
                     f"them as they are) The file looks like: {looks}"
@@ -99,7 +100,7 @@ class Classification(TaskKind):
         present = collections.Counter(e.label for e in train)
         if len(present) < 2:
             (label,) = present or [None]
-            raise ValueError(
+            raise UserError(
                 f"{task.train_file}: every training record has label {label!r}; a classifier "
                 "needs two classes or more: check the label column (config.task.label_field)"
             )
@@ -177,7 +178,7 @@ def classification_features(
     label = [-1 if e.label is None else label_index.get(e.label, unknown) for e in examples]
     if None in label:
         e = examples[label.index(None)]
-        raise ValueError(f"{e.guid}: label {e.label!r} not in {list(labels)}")
+        raise UserError(f"{e.guid}: label {e.label!r} not in {list(labels)}")
     label = np.array(label, np.int32)
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask, label=label)
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from zhlm import paths
 from zhlm.convert import layout
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import Export, TaskKind, cross_entropy
 from zhlm.finetune.kinds.windows import doc_windows, max_context_window, special_ids
 from zhlm.finetune.metrics import cmrc2018
@@ -71,7 +72,7 @@ def mrc_features(
         q_ids = q.ids[:max_query_length]
         room = max_seq_length - len(q_ids) - 3
         if room <= 0:
-            raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the context")
+            raise UserError(f"max_seq_length={max_seq_length} leaves no room for the context")
         spans = doc_windows(len(c.ids), room, doc_stride)
         best = max_context_window(spans, len(c.ids))
         target = None
@@ -253,7 +254,7 @@ class Mrc(TaskKind):
                 flush=True,
             )
         if not located:
-            raise ValueError(
+            raise UserError(
                 f"{task.train_file}: no training question has an answer located in its context: "
                 "check answer_start and the answer texts"
             )

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zhlm.convert import layout
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy
 from zhlm.finetune.kinds.windows import special_ids, truncate_pair
 from zhlm.finetune.readers.base import Reader
@@ -86,7 +87,7 @@ class MultipleChoice(TaskKind):
 
     def training_examples(self, task, train):
         if task.num_choices < 2:
-            raise ValueError(
+            raise UserError(
                 f"config.task.num_choices={task.num_choices}: a question needs two options or "
                 "more (0: the most options of a training question)"
             )
@@ -158,7 +159,7 @@ def choice_features(examples, tokenizer, num_choices: int, max_seq_length: int) 
     first = 0
     for row, e in enumerate(examples):
         if len(e.options) > num_choices:
-            raise ValueError(
+            raise UserError(
                 f"{e.guid}: {len(e.options)} options, more than config.task.num_choices="
                 f"{num_choices}"
             )

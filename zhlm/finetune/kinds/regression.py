@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zhlm.convert import layout
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import Export, Features
 from zhlm.finetune.kinds.classification import (
     Classification,
@@ -47,7 +48,7 @@ class Regression(Classification):
 
     def settle(self, task, train):
         if task.labels:
-            raise ValueError(
+            raise UserError(
                 f"config.task.labels={tuple(task.labels)} does not apply to kind {self.name} "
                 "(its labels are numbers): leave it empty"
             )
@@ -68,7 +69,7 @@ class Regression(Classification):
         present = {float(e.label) for e in train}
         if len(present) < 2:
             (score,) = present or [None]
-            raise ValueError(
+            raise UserError(
                 f"{task.train_file}: every training record has score {score}; a regression "
                 "needs scores that differ: check the score column (config.task.label_field)"
             )

@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from zhlm.errors import UserError
+
 # The official list, one character each. It names '……' as a single two-character entry, which can
 # never equal a single character, so the ellipsis is deliberately absent (see module docstring).
 PUNCTUATION = frozenset("-:_*^/\\~`+=，。：？！“”；’《》·、「」（）－～『』")
@@ -331,7 +333,7 @@ def load_references(dataset: Any) -> list[tuple[str, list[str]]]:
         questions = (qa for context in dataset for qa in context["qas"])
         id_key = "query_id"
     else:
-        raise ValueError("not a CMRC dataset: expected {'data': [...]} or a list of contexts")
+        raise UserError("not a CMRC dataset: expected {'data': [...]} or a list of contexts")
     references = []
     for qa in questions:
         texts = [a["text"] if isinstance(a, Mapping) else a for a in qa.get("answers", ())]
@@ -368,5 +370,5 @@ def evaluate_files(
     with open(predictions_path, encoding="utf-8") as f:
         predictions = json.load(f)
     if not isinstance(predictions, Mapping):
-        raise ValueError(f"{predictions_path}: predictions must be a JSON object {{id: answer}}")
+        raise UserError(f"{predictions_path}: predictions must be a JSON object {{id: answer}}")
     return evaluate(references, predictions)

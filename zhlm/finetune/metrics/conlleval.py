@@ -22,6 +22,8 @@ import functools
 import itertools
 from collections.abc import Iterable, Sequence
 
+from zhlm.errors import UserError
+
 SCHEMES = ("bio", "iob1", "bioes", "bmes")
 # The letters each scheme may use besides O.
 LETTERS = {"bio": "BI", "iob1": "BI", "bioes": "BIES", "bmes": "BMES"}
@@ -32,12 +34,12 @@ Span = tuple[str, int, int]
 @functools.lru_cache(maxsize=4096)
 def parse_tag(tag: str) -> tuple[str, str]:
     """``(letter, type)`` of a tag: ``("O", "")`` for ``O``, ``("B", "PER")`` for ``B-PER``.
-    Raises ValueError for any other shape (a suffix form ``PER-B``, an empty type, ``X-PER``)."""
+    Raises UserError for any other shape (a suffix form ``PER-B``, an empty type, ``X-PER``)."""
     if tag == "O":
         return "O", ""
     letter, dash, type_ = tag.partition("-")
     if len(letter) != 1 or letter not in "BIEMS" or not dash or not type_:
-        raise ValueError(f"tag {tag!r} is neither O nor B-, I-, E-, S- or M- and a type")
+        raise UserError(f"tag {tag!r} is neither O nor B-, I-, E-, S- or M- and a type")
     return letter, type_
 
 
@@ -90,7 +92,7 @@ def encode(spans: Iterable[Span], length: int, scheme: str = "bio") -> list[str]
     last_end, last_type = -1, None
     for type_, start, end in spans:
         if not 0 <= start < end <= length or start < last_end:
-            raise ValueError(f"span {(type_, start, end)} is outside 0..{length} or overlaps")
+            raise UserError(f"span {(type_, start, end)} is outside 0..{length} or overlaps")
         tags[start:end] = _span_tags(type_, end - start, scheme, last_end == start, last_type)
         last_end, last_type = end, type_
     return tags
@@ -116,7 +118,7 @@ def to_bio(tags: Sequence[str]) -> list[str]:
 
 def check_scheme(scheme: str) -> None:
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown tagging scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
+        raise UserError(f"unknown tagging scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
 
 
 def detect_scheme(
@@ -143,7 +145,7 @@ def detect_scheme(
                 b_starts += tags[start][0] == "B"
             last_end, last_type = end, type_
     if "M" in letters and "I" in letters:
-        raise ValueError(f"{where}: both I- and M- tags; cannot tell bioes from bmes")
+        raise UserError(f"{where}: both I- and M- tags; cannot tell bioes from bmes")
     if "M" in letters:
         return "bmes"
     if letters & {"E", "S"} and es_ends > 0.05 * total:
@@ -152,7 +154,7 @@ def detect_scheme(
         return "bio"
     if b_starts <= 0.05 * (b_starts + i_starts):
         return "iob1"
-    raise ValueError(
+    raise UserError(
         f"{where}: {b_starts} entities start with B- and {i_starts} with I-, so neither BIO nor "
         "IOB1 fits; give the scheme explicitly (bio or iob1)"
     )

@@ -16,6 +16,7 @@ import abc
 import dataclasses
 from collections.abc import Iterator
 
+from zhlm.errors import UserError
 from zhlm.finetune.readers.report import ReadReport
 
 
@@ -56,14 +57,14 @@ class Reader(abc.ABC):
                     if isinstance(record, dict)
                     else f"is a {type(record).__name__}"
                 )
-                raise ValueError(f"{where} {got}; this model reads {spell(inputs)}")
+                raise UserError(f"{where} {got}; this model reads {spell(inputs)}")
             for name in inputs:
                 value = record[name]
                 if _declared_str(cls, name) and not (isinstance(value, str) and value.strip()):
-                    raise ValueError(f"{where}: {name} is {value!r}; give a non-empty string")
+                    raise UserError(f"{where}: {name} is {value!r}; give a non-empty string")
             key = str(record.get("id", index))
             if key in ids:
-                raise ValueError(f"{where}: id {key!r} given twice; give each input its own")
+                raise UserError(f"{where}: id {key!r} given twice; give each input its own")
             ids.add(key)
             values = {name: record[name] for name in inputs}
             examples.append(cls(**{id_field: key}, **values, **_line(cls, index + 1)))

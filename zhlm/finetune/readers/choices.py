@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 
+from zhlm.errors import UserError
 from zhlm.finetune.readers import report as report_lib
 from zhlm.finetune.readers.base import Reader
 from zhlm.finetune.readers.c3 import c3_questions
@@ -58,7 +59,7 @@ class ChoiceReader(Reader):
         passages = [r.get("passage") or "" if isinstance(r, dict) else "" for r in records]
         for index, passage in enumerate(passages):
             if not isinstance(passage, str):
-                raise ValueError(f"input {index}: passage is {passage!r}; give a string")
+                raise UserError(f"input {index}: passage is {passage!r}; give a string")
         # The base checks the required fields; an absent passage must not fail it.
         stand_in = [dict(r, passage="-") if isinstance(r, dict) else r for r in records]
         examples = super().examples_from(stand_in, task)
@@ -69,7 +70,7 @@ class ChoiceReader(Reader):
                 or not options
                 or not all(isinstance(o, str) for o in options)
             ):
-                raise ValueError(f"input {index}: options is {options!r}; give a list of strings")
+                raise UserError(f"input {index}: options is {options!r}; give a list of strings")
         return [
             dataclasses.replace(e, passage=p, options=tuple(e.options))
             for e, p in zip(examples, passages, strict=True)

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from zhlm import paths
+from zhlm.errors import UserError
 from zhlm.finetune.metrics import conlleval
 from zhlm.finetune.readers.base import Reader
 from zhlm.finetune.readers.report import (
@@ -273,7 +274,7 @@ def iter_plain(path: Path, require_label: bool = False):
     the examples are. Blank lines are skipped, a line with a tab is reported: it is a tagged
     file's (``char<TAB>tag``) or a table's."""
     if require_label:
-        raise ValueError(f"{path}: format {PLAIN} holds no tags; train from tagged or spans_jsonl")
+        raise UserError(f"{path}: format {PLAIN} holds no tags; train from tagged or spans_jsonl")
     report = NerReadReport(os.fspath(path), scheme="none")
     return counted(_plain_examples(path, report), report), report
 

@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
+from zhlm.errors import NotFound, UserError
 from zhlm.finetune.readers.report import (
     MALFORMED_LINE,
     PositionDecoder,
@@ -220,11 +221,14 @@ def _datasets(path, report, names):
     try:
         import datasets
     except ImportError as error:
-        raise ImportError("format datasets needs `pip install 'zhlm[datasets]'`") from error
-    loaded = datasets.load_from_disk(os.fspath(path))
+        raise UserError("format datasets needs `pip install 'zhlm[datasets]'`") from error
+    try:
+        loaded = datasets.load_from_disk(os.fspath(path))
+    except FileNotFoundError as error:  # a folder that save_to_disk did not write
+        raise NotFound(f"{error} (format datasets reads a Dataset.save_to_disk folder)") from error
     if isinstance(loaded, datasets.DatasetDict):
         splits = ", ".join(loaded)
-        raise ValueError(f"{path} holds the splits {splits}: point at one, e.g. {path}/train")
+        raise UserError(f"{path} holds the splits {splits}: point at one, e.g. {path}/train")
     class_labels = {
         name: feature.names
         for name, feature in loaded.features.items()

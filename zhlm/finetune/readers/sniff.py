@@ -126,9 +126,13 @@ def _json(text: str, texts: int) -> str:
 
 
 def _parquet(path) -> str:
+    import pyarrow
     import pyarrow.parquet as pq
 
-    return f"a parquet file with columns {pq.read_schema(path).names}"
+    try:
+        return f"a parquet file with columns {pq.read_schema(path).names}"
+    except (pyarrow.ArrowInvalid, OSError) as error:
+        return f"not a parquet file ({error})"
 
 
 def _fields(fmt: str, keys: list, rows: list[dict], n_texts: int) -> str:

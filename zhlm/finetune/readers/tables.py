@@ -131,18 +131,18 @@ def iter_table(
     fields are settled here, before the first example, so a layout that does not fit fails at
     once."""
     if fmt not in FORMATS:
-        raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise UserError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ReadReport(os.fspath(path))
     n_texts = texts
     texts, label = parse_fields(text_fields), parse_field(label_field)
     if texts and len(texts) != n_texts:
-        raise ValueError(f"config.task.text_fields={texts}: this task reads {n_texts} text(s)")
+        raise UserError(f"config.task.text_fields={texts}: this task reads {n_texts} text(s)")
     columns, rows = SOURCES[fmt](path, report, {f for f in (*texts, label) if isinstance(f, str)})
     default = Layout(tuple(range(n_texts)), n_texts)
     if fmt == PLAIN:
         if require_label:
             labelled = ", ".join(f for f in FORMATS if f != PLAIN)
-            raise ValueError(f"{path}: format text holds no labels; train from {labelled}")
+            raise UserError(f"{path}: format text holds no labels; train from {labelled}")
         layout = Layout(default.texts, None)  # the line is the text(s): no field to name
     else:
         layout = _layout(path, columns, texts, label, default, n_texts, require_label)
@@ -191,7 +191,7 @@ def _layout(path, columns, texts, label, default, n_texts, require_label) -> Lay
     if columns is None:
         named = [f for f in (*texts, label) if isinstance(f, str)]
         if named:
-            raise ValueError(f"{path}: no header row naming {', '.join(named)}")
+            raise UserError(f"{path}: no header row naming {', '.join(named)}")
         if not texts and label is None:
             return default
         if texts and label is None and not require_label:
@@ -211,7 +211,7 @@ def _layout(path, columns, texts, label, default, n_texts, require_label) -> Lay
         if require_label:
             flags += " and --config.task.label_field=NAME"
         what = " and the label" if require_label else ""
-        raise ValueError(
+        raise UserError(
             f"{path}: which columns hold the text(s){what}? It has {columns}: pass {flags}"
         )
     return Layout(texts, label)
@@ -221,11 +221,11 @@ def _column(path, columns: list[str], field: str | int) -> str:
     """The column a given field names: a name (case-insensitive) or a position."""
     if isinstance(field, int):
         if field >= len(columns):
-            raise ValueError(f"{path}: column {field} asked for, the file has {len(columns)}")
+            raise UserError(f"{path}: column {field} asked for, the file has {len(columns)}")
         return columns[field]
     match = first_column(columns, (field,))
     if match is None:
-        raise ValueError(f"{path}: no column {field!r} (it has {columns})")
+        raise UserError(f"{path}: no column {field!r} (it has {columns})")
     return match
 
 

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from zhlm.errors import UserError
 from zhlm.finetune.kinds.windows import doc_windows, max_context_window, special_ids
 from zhlm.finetune.metrics import conlleval
 from zhlm.finetune.readers.ner import NerExample
@@ -79,7 +80,7 @@ def ner_features(
     ignored = collections.Counter()
     window = max_seq_length - 2
     if window < 1 or not 1 <= stride <= window:
-        raise ValueError(f"need 1 <= stride={stride} <= max_seq_length - 2 = {window}")
+        raise UserError(f"need 1 <= stride={stride} <= max_seq_length - 2 = {window}")
     continuation = _continuation_ids(tokenizer)
     rows = []
     encodings = tokenizer.encode_batch([e.text for e in examples])
@@ -113,9 +114,9 @@ def ner_features(
 def _label_index(labels: Sequence[str]) -> dict[str, int]:
     for tag in labels:
         if tag != "O" and conlleval.parse_tag(tag)[0] not in "BI":
-            raise ValueError(f"label {tag!r}: labels are BIO tags (O, B-X, I-X)")
+            raise UserError(f"label {tag!r}: labels are BIO tags (O, B-X, I-X)")
     if len(set(labels)) != len(labels):
-        raise ValueError(f"labels {list(labels)} repeat a tag")
+        raise UserError(f"labels {list(labels)} repeat a tag")
     return {tag: i for i, tag in enumerate(labels)}
 
 
@@ -147,7 +148,7 @@ def _tag_ids(example, word_start, label_index, unknown_tags, ignored) -> np.ndar
     tags = [example.tags[c] for c in word_start]
     unknown = sorted(set(tags) - label_index.keys())
     if unknown and unknown_tags == "raise":
-        raise ValueError(
+        raise UserError(
             f"{example.guid}: tags {unknown} are not in the labels (config.task.labels); pass "
             "--config.task.labels='()' to take the training file's own entity types"
         )
