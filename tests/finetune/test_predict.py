@@ -14,7 +14,6 @@ import sys
 import pytest
 from etils import epath
 from helpers import DATA, ROOT
-from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
 from zhlm.finetune import task_files
 from zhlm.finetune.predict import predict, predict_file
@@ -105,7 +104,7 @@ def test_an_output_of_another_input_is_refused_and_left_as_it_is(classifier, tmp
     assert out.read_bytes() == before and notes.read_text() == "my own notes\n"
 
 
-def test_a_cloud_output_is_uploaded_whole_and_never_continued(classifier, tmp_path, gcs):  # noqa: F811
+def test_a_cloud_output_is_uploaded_whole_and_never_continued(classifier, tmp_path, gcs):
     reviews = _lines(tmp_path / "reviews.tsv", 100)
     local = tmp_path / "local.jsonl"
     predict_file(classifier, reviews, str(local), chunk=CHUNK)

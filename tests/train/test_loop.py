@@ -12,13 +12,13 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import RECIPES, ROOT, load_config
+from helpers import RECIPES, ROOT, load_config, tiny_hf
 
 from zhlm.train import metrics, resume
 from zhlm.train.loop import train_and_evaluate
 
 CORPUS = os.path.join(ROOT, "zhlm", "resources", "peoples_daily_199801_sample.txt")
-CHILD = os.path.join(ROOT, "tests", "pretrain_child.py")
+CHILD = os.path.join(ROOT, "tests", "train", "pretrain_child.py")
 
 
 @pytest.fixture(scope="module")
@@ -186,16 +186,13 @@ def test_a_step_broken_twice_is_moved_aside_twice(tmp_path):
 
 
 def test_init_from_a_hugging_face_folder(corpus, tmp_path):
-    transformers = pytest.importorskip("transformers")
     from zhlm import convert
     from zhlm.train.step import make_trainer
 
     config = make_config("bert", overrides(corpus))
-    cfg = transformers.BertConfig(
-        vocab_size=21128, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=512, max_position_embeddings=512,
-    )  # fmt: skip
-    transformers.BertForPreTraining(cfg).save_pretrained(tmp_path / "hf")
+    tiny_hf(
+        "BertForPreTraining", hidden_size=128, intermediate_size=512, max_position_embeddings=512
+    ).save_pretrained(tmp_path / "hf")
     config.train.init_from = str(tmp_path / "hf")
     trainer = make_trainer(config)
     mngr = resume.manager(str(tmp_path / "work"), config)

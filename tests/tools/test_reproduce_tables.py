@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import RECIPES, ROOT
-from test_param_table import tables_module
+from helpers import RECIPES, ROOT, tables_module
 
 # (P[MASK], P[similar], P[random], P[keep]) each recipe's config asks for.
 REPLACEMENT = {

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_models import batch, tiny
+from helpers import HELPERS_PATH, batch, tiny
 
 from zhlm.models import build_model, dropout_rngs, init_variables
 from zhlm.models.flash import MAX_LENGTH, flash_attention
@@ -109,7 +109,7 @@ SHARDED_CHILD = textwrap.dedent(
     from jax.sharding import Mesh
     import flax.linen as nn
     sys.path.insert(0, sys.argv[1])
-    from test_models import batch, tiny
+    from helpers import batch, tiny
     from zhlm.models import build_model, dropout_rngs, init_variables
 
     assert len(jax.devices()) == 8
@@ -149,9 +149,11 @@ SHARDED_CHILD = textwrap.dedent(
 def test_flash_under_a_mesh_runs_per_shard_and_equals_one_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     env["JAX_PLATFORMS"] = "cpu"
-    tests = os.path.dirname(os.path.abspath(__file__))
     r = subprocess.run(
-        [sys.executable, "-c", SHARDED_CHILD, tests], env=env, capture_output=True, text=True
+        [sys.executable, "-c", SHARDED_CHILD, HELPERS_PATH],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_models import tiny
+from helpers import tiny
 
 from zhlm.data import packing
 from zhlm.models import build_model, init_variables
