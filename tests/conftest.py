@@ -47,6 +47,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))  # tools/ is a script folder: bench_predict
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the tests marked slow (the longest, some of them minutes) go first,
+    so that no worker starts one while the other is left with nothing to do. One process
+    keeps the files' order, in which module fixtures are set up once."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_unconfigure(config):
     """This process's temporary folders go when it ends (a worker's only its own)."""
     for path in _MADE:

@@ -169,6 +169,7 @@ def albert_import(references):
     return convert.read_hf(str(references("albert")[1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["flax", "pytorch", "tf2-h5"])
 def test_format_imports_with_the_same_outputs(references, albert_import, fmt):
     """The whole import on the harder family (ALBERT: groups, a factorised embedding)."""

@@ -79,6 +79,7 @@ def max_errors(out, ref):
     return {k: float(np.abs(np.asarray(out[k]) - ref[k]).max()) for k in ref}
 
 
+@pytest.mark.slow
 def test_parity_with_transformers(family):
     name, _, folder, ref = family
     model, variables, config, report = convert.read_hf(str(folder))
@@ -150,6 +151,7 @@ def test_recipe_config_keeps_its_heads(tmp_path):
     assert config.model.size == "custom"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["spanbert", "roberta_wwm"])
 def test_export_without_sentence_head(recipe, tmp_path):
     config = load_config(recipe, "tiny")

@@ -52,6 +52,7 @@ def own_vocab_folder(tmp_path_factory):
     return str(folder), tokenizer
 
 
+@pytest.mark.slow
 def test_a_tokenizer_json_folder_imports_fine_tunes_and_exports_with_its_vocabulary(
     own_vocab_folder, tmp_path
 ):

@@ -59,6 +59,7 @@ def real():
     return dialogues, windows, rows, report
 
 
+@pytest.mark.slow
 def test_fake_share_is_half(real):
     _, windows, rows, _ = real
     labels = np.array([w.label for w in windows])

@@ -97,6 +97,7 @@ def test_an_instance_goes_into_the_fullest_row_it_fits():
     assert all(r["attention_mask"].all() for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["spanbert", "macbert", "ernie", "roberta_wwm"])
 def test_masking_never_crosses_an_instance(clue_sample, recipe):
     config, batch, _ = _build(recipe, clue_sample, True)
@@ -132,6 +133,7 @@ def test_packed_dataset_through_the_loader(clue_sample, tmp_path):
     assert ((batch["segment_ids"] > 0) == (batch["attention_mask"] > 0)).all()
 
 
+@pytest.mark.slow
 def test_dialogue_records_pack_with_their_roles_and_labels(tmp_path):
     lines = open(DIALOGUES, encoding="utf-8").read().splitlines()[:120]
     path = tmp_path / "dialogues.jsonl"

@@ -40,6 +40,7 @@ def _ids(path):
     return [json.loads(line)["id"] for line in open(path, encoding="utf-8")]
 
 
+@pytest.mark.slow
 def test_records_follow_the_input_one_line_each_for_every_kind(workdirs, classifier, tmp_path):
     reviews = _lines(tmp_path / "reviews.tsv", 200)
     out = tmp_path / "reviews.jsonl"

@@ -74,6 +74,7 @@ def test_flash_refuses_what_it_cannot_do():
         build_model(tiny(attention_impl="splash"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "albert"])
 def test_models_with_flash_attention_equal_the_xla_path(recipe):
     # No hidden dropout: what moves the training loss below is attention dropout alone.
@@ -146,6 +147,7 @@ SHARDED_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_flash_under_a_mesh_runs_per_shard_and_equals_one_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     env["JAX_PLATFORMS"] = "cpu"
@@ -181,6 +183,7 @@ def _tpu_bytes(fn, shape):
     return (cost[0] if isinstance(cost, list) else cost)["bytes accessed"], compiled.as_text()
 
 
+@pytest.mark.slow
 def test_flash_lowers_for_a_tpu_and_moves_fewer_bytes_than_the_xla_core():
     pytest.importorskip("libtpu", reason="compiling for a TPU needs libtpu (the test extra)")
     shape = (2, 512, 4, 64)  # BERT-base heads are 64 wide; its longest sequences

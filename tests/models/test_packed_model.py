@@ -88,6 +88,7 @@ def _losses(model, variables, batch, masked_positions, packed):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "albert"])  # NSP; SOP with ALBERT's sharing
 def test_packed_instances_have_their_unpacked_losses(recipe):
     config = tiny(recipe, max_position_embeddings=S)

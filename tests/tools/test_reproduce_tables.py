@@ -254,6 +254,7 @@ def test_bert_wwm_micro(ablation_dir):
     assert not list((ablation_dir / "micro" / "bert_wwm").glob("*/pretrain/checkpoints"))
 
 
+@pytest.mark.slow
 def test_paper_scale_prints_every_command_and_trains_nothing(tmp_path):
     for name, variants, tasks, datasets in (
         ("macbert_replacement", 4, 2, 1),

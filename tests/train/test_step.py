@@ -39,6 +39,7 @@ def losses(config, steps, batch=None, mesh=None):
     return out, state
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_runs_and_learns():
     config = tiny_config()
     config.train.micro_batches = 2
