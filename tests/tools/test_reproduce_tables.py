@@ -41,7 +41,8 @@ def test_masking_table_on_real_text():
 
 @pytest.fixture(scope="module")
 def ablation_dir(tmp_path_factory):
-    """One workdir for the three tables, so they share XLA's persistent compilation cache."""
+    """One workdir for the tables' runs (their compiled programs go to the session's
+    persistent compilation cache, tests/conftest.py, which the tool keeps)."""
     return tmp_path_factory.mktemp("tables")
 
 
