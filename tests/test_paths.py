@@ -9,63 +9,11 @@ as fsspec's ``gs`` stands in for GCS, with GCS's one trait that matters here: no
 import json
 import os
 
-import fsspec
-import pytest
 from etils import epath
-from etils.epath import backend
-from fsspec.implementations.memory import MemoryFileSystem
+from helpers import FakeEvents
 
 from zhlm import paths
 from zhlm.train import metrics
-
-
-class _FakeGCS(MemoryFileSystem):
-    protocol = ("gs", "gcs")
-    store = {}
-    pseudo_dirs = [""]
-
-    def __init__(self, *args, finalize_on_close=False, **kwargs):
-        super().__init__(*args, **kwargs)
-
-    @classmethod
-    def _strip_protocol(cls, path):  # as gcsfs: "gs://bucket/key" -> "bucket/key"
-        path = path[len("gs://") :] if path.startswith("gs://") else path
-        return path.rstrip("/")
-
-    def open(self, path, mode="rb", **kwargs):
-        if "a" in mode:
-            raise NotImplementedError("GCS objects cannot be appended to")
-        return super().open(path, mode, **kwargs)
-
-
-@pytest.fixture
-def gcs(monkeypatch):
-    for name in ("gs", "gcs"):
-        fsspec.register_implementation(name, _FakeGCS, clobber=True)
-    backend.fsspec_backend._get_filesystem.cache_clear()
-    monkeypatch.setattr("tensorboardX.SummaryWriter", _Events)
-    _FakeGCS.store.clear()
-    yield _FakeGCS.store
-    _FakeGCS.store.clear()
-    backend.fsspec_backend._get_filesystem.cache_clear()
-
-
-class _Events:
-    """tensorboardX's GCS writer needs google-cloud-storage; its part is not under test."""
-
-    logdirs = []
-
-    def __init__(self, logdir):
-        self.logdirs.append(logdir)
-
-    def add_scalar(self, *args):
-        pass
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
 
 
 def test_resolve_keeps_urls_and_makes_local_paths_absolute(tmp_path, monkeypatch):
@@ -81,7 +29,7 @@ def test_metrics_on_storage_without_append_survive_a_resume(gcs, tmp_path, monke
     writer.write(10, "train", {"loss": 2.5})
     writer.write(10, "eval", {"loss": 2.7})
     writer.close()
-    assert _Events.logdirs[-1] == "gs://bucket/run/tensorboard"
+    assert FakeEvents.logdirs[-1] == "gs://bucket/run/tensorboard"
     resumed = metrics.Writer("gs://bucket/run", remote_flush_seconds=3600)
     resumed.write(20, "train", {"loss": 2.0})  # buffered: flushed on close
     assert [m["step"] for m in metrics.read("gs://bucket/run")] == [10]
@@ -142,7 +90,8 @@ def test_corpus_inputs_on_storage_read_like_local_files(gcs, tmp_path):
 def test_dataset_cache_key_sees_a_changed_input_in_a_bucket(gcs):
     """Inputs in a bucket are part of the cache key, as local ones are: a changed file must
     prepare a new dataset, not reuse the stale one."""
-    from tests.helpers import load_config
+    from helpers import load_config
+
     from zhlm.data import cache
 
     corpus = epath.Path("gs://bucket/corpus/a.txt")

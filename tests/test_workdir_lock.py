@@ -39,12 +39,61 @@ def put_lock(workdir, fields: dict):
     os.replace(lock_file(workdir) + ".tmp", lock_file(workdir))
 
 
-def write_lock(workdir, host, pid, heartbeat_age=0.0):
-    """A lock as another run would have left it, its last heartbeat ``heartbeat_age`` s ago."""
-    then = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=heartbeat_age)
+def write_lock(workdir, host, pid, heartbeat_age=0.0, now=None):
+    """A lock as another run would have left it, its last heartbeat ``heartbeat_age`` s before
+    ``now`` (a time.time(); None: the clock's)."""
+    now = time.time() if now is None else now
+    then = datetime.datetime.fromtimestamp(now - heartbeat_age).astimezone()
     stamp = then.isoformat(timespec="seconds")
     holder = dict(command="zhlm-pretrain", pid=pid, host=host, started=stamp, heartbeat=stamp)
     put_lock(workdir, dict(holder, token="theirs"))
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The time the lock module reads (``time.time()``, which ages heartbeats) stopped at one
+    instant, returned: a heartbeat written some seconds before it is exactly that old to the
+    lock, however slowly the test runs."""
+    now = time.time()
+
+    class Stopped:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        def time(self):
+            return now
+
+    monkeypatch.setattr(workdir_lock, "time", Stopped())
+    return now
+
+
+class Beats(threading.Event):
+    """A lock's stop event that lets its heartbeat thread through one beat at a time: the
+    thread's wait returns only when the test calls :meth:`beat`, which returns once that beat
+    is over (the thread waits again, or has ended)."""
+
+    def __init__(self):
+        super().__init__()
+        self._go, self._waiting = threading.Semaphore(0), threading.Semaphore(0)
+
+    def wait(self, timeout=None):
+        if self.is_set():
+            return True
+        self._waiting.release()
+        self._go.acquire()
+        return self.is_set()
+
+    def set(self):
+        super().set()
+        self._go.release()
+
+    def beat(self, thread):
+        assert self._waiting.acquire(timeout=60), "the heartbeat thread never waited"
+        self._go.release()
+        while not self._waiting.acquire(timeout=0.05):  # polls only to see the thread end
+            if not thread.is_alive():
+                return
+        self._waiting.release()  # it waits again: the next beat may begin
 
 
 def dead_pid():
@@ -93,35 +142,38 @@ def test_a_lock_from_before_this_host_restarted_is_taken_over(tmp_path, caplog):
     assert f"host {socket.gethostname()} has restarted since" in caplog.text
 
 
-def test_a_live_lock_from_another_host_is_refused(tmp_path):
-    write_lock(tmp_path, "tpu-worker-7", 4242, heartbeat_age=120)
+def test_a_live_lock_from_another_host_is_refused(tmp_path, clock):
+    write_lock(tmp_path, "tpu-worker-7", 4242, heartbeat_age=120, now=clock)
     with pytest.raises(workdir_lock.WorkdirLocked, match="pid 4242 on host tpu-worker-7"):
         with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
             pytest.fail("taken from a live run")
     assert read_lock(tmp_path)["token"] == "theirs"
 
 
-def test_an_old_lock_from_another_host_is_taken_over_with_a_warning(tmp_path, caplog):
-    write_lock(tmp_path, "tpu-worker-7", 4242, heartbeat_age=3600)
+def test_an_old_lock_from_another_host_is_taken_over_with_a_warning(tmp_path, caplog, clock):
+    write_lock(tmp_path, "tpu-worker-7", 4242, heartbeat_age=3600, now=clock)
     with workdir_lock.hold(tmp_path, "zhlm-finetune"):
         assert read_lock(tmp_path)["command"] == "zhlm-finetune"
     assert "no heartbeat for 60 min (stale after 5 min)" in caplog.text
     assert not os.path.exists(lock_file(tmp_path))
 
 
-def test_the_heartbeat_refreshes_the_lock_and_leaves_a_taken_one_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.05)
-    with workdir_lock.hold(tmp_path, "zhlm-pretrain"):
-        mine = read_lock(tmp_path)
-        old = dict(mine, heartbeat="2001-01-01T00:00:00+00:00")
-        put_lock(tmp_path, old)
-        deadline = time.time() + 10
-        while read_lock(tmp_path)["heartbeat"] == old["heartbeat"]:
-            assert time.time() < deadline, "no heartbeat"
-            time.sleep(0.05)
-        put_lock(tmp_path, dict(mine, token="theirs"))  # taken over by another run
-        time.sleep(0.3)
-    assert read_lock(tmp_path) == dict(mine, token="theirs")  # neither refreshed nor removed
+def test_the_heartbeat_refreshes_the_lock_and_leaves_a_taken_one_alone(tmp_path):
+    lock = workdir_lock._Lock(lock_file(tmp_path), "zhlm-pretrain")
+    lock._stop = beats = Beats()
+    lock.acquire()
+    mine = read_lock(tmp_path)
+    old = dict(mine, heartbeat="2001-01-01T00:00:00+00:00")
+    put_lock(tmp_path, old)
+    beats.beat(lock._beating)
+    refreshed = read_lock(tmp_path)
+    assert refreshed["heartbeat"] != old["heartbeat"]
+    assert refreshed == dict(mine, heartbeat=refreshed["heartbeat"])
+    put_lock(tmp_path, dict(mine, token="theirs"))  # taken over by another run
+    beats.beat(lock._beating)
+    assert read_lock(tmp_path) == dict(mine, token="theirs")  # not refreshed
+    lock.release()
+    assert read_lock(tmp_path) == dict(mine, token="theirs")  # nor removed
 
 
 def test_one_of_many_runs_finding_a_stale_lock_takes_it(tmp_path):
@@ -177,32 +229,54 @@ def test_pretraining_and_fine_tuning_refuse_a_held_workdir_before_writing(tmp_pa
         assert os.listdir(tmp_path) == ["lock.json"]
 
 
+# zhlm-pretrain, held once it has the workdir's lock until a line comes on its standard input:
+# the second command then meets a first run that is certainly still running.
+HELD_PRETRAIN = """
+import contextlib, sys
+from zhlm import workdir_lock
+from zhlm.cli import pretrain
+
+hold = workdir_lock.hold
+
+
+@contextlib.contextmanager
+def held(workdir, command):
+    with hold(workdir, command):
+        sys.stdin.readline()
+        yield
+
+
+workdir_lock.hold = held
+pretrain.run()
+"""
+
+
 @pytest.mark.slow
 def test_a_second_command_on_a_workdir_in_use_stops_and_the_first_is_unharmed(tmp_path):
     workdir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "zhlm.cli.pretrain", "--config=configs/macbert.py:tiny"]
-    cmd += [f"--workdir={workdir}", "--config.train.batch_size=8", "--config.train.log_every=1"]
-    cmd += ["--config.train.checkpoint_every=4", "--config.optim.warmup_steps=2"]
+    args = ["--config=configs/macbert.py:tiny", f"--workdir={workdir}"]
+    args += ["--config.train.batch_size=8", "--config.train.log_every=1"]
+    args += ["--config.train.checkpoint_every=4", "--config.optim.warmup_steps=2"]
     log = tmp_path / "first.log"  # a file, not a pipe: nothing reads it while the first runs
     with open(log, "w") as out:
         first = subprocess.Popen(
-            cmd + ["--config.train.num_steps=12"], cwd=ROOT, stdout=out, stderr=out
-        )
-    deadline = time.time() + 300
+            [sys.executable, "-c", HELD_PRETRAIN, *args, "--config.train.num_steps=12"],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=out, stderr=out, text=True,
+        )  # fmt: skip
+    deadline = time.time() + 300  # only against a hang: the lock appears when the first has it
     while not os.path.exists(lock_file(workdir)):
         assert first.poll() is None and time.time() < deadline, log.read_text()[-3000:]
         time.sleep(0.1)
-    second = subprocess.run(
-        cmd + ["--config.train.num_steps=13"], cwd=ROOT, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    first_was_running = first.poll() is None
+    cmd = [sys.executable, "-m", "zhlm.cli.pretrain", *args, "--config.train.num_steps=13"]
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.poll() is None  # held: the refusal came while the first was running
+    first.stdin.write("go on\n")
+    first.stdin.close()
     assert first.wait(timeout=600) == 0, log.read_text()[-3000:]
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
     last = second.stderr.strip().splitlines()[-1]
     assert last.startswith(f"zhlm-pretrain: workdir {workdir} is in use by zhlm-pretrain"), last
     assert f"pid {first.pid} on host {socket.gethostname()}" in last
-    assert first_was_running  # the refusal came while the first was training
     assert [line["step"] for line in metrics.read(str(workdir))] == list(range(1, 13))
     with open(workdir / "config.json") as f:
         assert json.load(f)["train"]["num_steps"] == 12

@@ -228,12 +228,14 @@ def run_variant(variant: Variant, ablation: Ablation, scale_name: str, workdir: 
 
 
 def _compilation_cache(workdir: str) -> None:
-    """XLA's persistent cache under the workdir: the variants' fine-tuning steps (and the
-    pretraining steps of variants that differ only in data) are the same programs, compiled
-    once across variants, tables and reruns."""
+    """XLA's persistent cache under the workdir, unless ``JAX_COMPILATION_CACHE_DIR`` names
+    one already (the tests' session cache, shared by their processes): the variants'
+    fine-tuning steps (and the pretraining steps of variants that differ only in data) are
+    the same programs, compiled once across variants, tables and reruns."""
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "xla-cache"))
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "xla-cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 

@@ -158,8 +158,9 @@ def _shared_flags(args) -> list:
 def worker(args):
     """zhlm's side of one task (or, with ``--step-length``, of one equal-shape step) in this
     process, set up as ``zhlm-finetune``'s; prints one JSON line."""
-    import zhlm.cli  # noqa: F401
+    from zhlm import cli
 
+    cli.settle_process()
     if args.step_length:
         out = dict(seconds=_zhlm_step_seconds(_config(args.task, args), args.step_length))
     else:

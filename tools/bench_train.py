@@ -152,10 +152,12 @@ def _compile_seconds(layers):
 
 def worker(args):
     """One measurement in this process; prints one JSON line. A JAX measurement runs in a
-    process set up as zhlm's programs set theirs up (``zhlm.cli``: platform, host memory);
-    the peer's as PyTorch's default."""
+    process set up as zhlm's programs set theirs up (``zhlm.cli.settle_process``: platform,
+    host memory); the peer's as PyTorch's default."""
     if args.what != "torch":
-        import zhlm.cli  # noqa: F401
+        from zhlm import cli
+
+        cli.settle_process()
     if args.what == "jax":
         out = _jax_worker(CASES[args.case], args.reps)
     elif args.what == "torch":

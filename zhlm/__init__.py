@@ -3,13 +3,20 @@ MacBERT) in JAX/Flax, from one encoder, one masking registry and one train step.
 
 ``zhlm.from_hf`` / ``zhlm.to_hf`` and ``zhlm.Predictor`` / ``zhlm.pipeline`` (a fine-tuned
 model predicting in memory) are imported lazily so that data preparation processes, which never
-touch a model, do not pay for importing JAX and Flax.
+touch a model, do not pay for importing JAX and Flax. Each of them first settles JAX's
+platform as the programs do (``zhlm.jax_platform``: the CPU where libtpu is installed but no
+TPU is here, unless the user or JAX chose already); the programs' host-memory setting stays
+theirs.
 """
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
+    if name in ("from_hf", "Predictor"):
+        from zhlm import jax_platform
+
+        jax_platform.cpu_unless_an_accelerator_is_here()
     if name == "from_hf":
         from zhlm import convert
 
@@ -41,6 +48,9 @@ def pipeline(source: str, kind: str = ""):
     """A :class:`zhlm.Predictor` of ``source``, a zhlm-finetune workdir, its ``best/`` or a
     Hugging Face task folder (``kind`` picks among kinds of one class, e.g. ``pair``):
     ``zhlm.pipeline(workdir)("一段文字")`` (see ``zhlm.finetune.predictor``)."""
+    from zhlm import jax_platform
+
+    jax_platform.cpu_unless_an_accelerator_is_here()
     from zhlm.finetune import predictor
 
     return predictor.pipeline(source, kind)

@@ -16,8 +16,9 @@ small blocks) slower by a fifth or more. A training or prediction run on the CPU
 programs and then runs them for thousands of steps, so it gains; a run of a few steps, such as
 most tests, loses, which is why the tests' own process is left alone. On a TPU or GPU host the
 device holds the tensors and the host runs input pipelines with many threads that allocate
-small blocks often, so there it is left alone too (``zhlm.cli`` decides). ``M_ARENA_MAX`` binds only
-threads that have not allocated yet, so this must run before JAX starts its backend.
+small blocks often, so there it is left alone too (``zhlm.cli.settle_process`` decides when a
+program starts; importing changes nothing). ``M_ARENA_MAX`` binds only threads that have not
+allocated yet, so this must run before JAX starts its backend.
 """
 
 import ctypes

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, tiny_hf
 
 from zhlm.convert import ConversionError, formats, tokenizer_files
 from zhlm.finetune import task_files
@@ -31,7 +31,6 @@ def own_vocab_folder(tmp_path_factory):
     """A tiny random BertForSequenceClassification whose vocabulary is the characters of the
     reviews in reverse order of first use (ids unlike Google's), saved by transformers with
     its fast tokenizer, then stripped of vocab.txt: only tokenizer.json says what the ids are."""
-    import torch
     import transformers
 
     root = tmp_path_factory.mktemp("own_vocab")
@@ -39,13 +38,12 @@ def own_vocab_folder(tmp_path_factory):
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *reversed(list(chars))]
     (root / "vocab_source.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     tokenizer = transformers.BertTokenizerFast(str(root / "vocab_source.txt"))
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(tokens), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64, num_labels=2,
-    )  # fmt: skip
     folder = root / "model"
-    transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    tiny_hf(
+        "BertForSequenceClassification", vocab_size=len(tokens), hidden_size=32,
+        num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, num_labels=2,
+    ).save_pretrained(folder)  # fmt: skip
     tokenizer.save_pretrained(folder)
     for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
         if (folder / name).exists():
@@ -54,6 +52,7 @@ def own_vocab_folder(tmp_path_factory):
     return str(folder), tokenizer
 
 
+@pytest.mark.slow
 def test_a_tokenizer_json_folder_imports_fine_tunes_and_exports_with_its_vocabulary(
     own_vocab_folder, tmp_path
 ):

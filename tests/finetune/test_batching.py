@@ -9,8 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import read_task
-from test_kinds import SAMPLES
+from helpers import SAMPLES, read_task
 
 from zhlm import defaults
 from zhlm.finetune import batching, kinds, saved

@@ -18,7 +18,6 @@ import sys
 import pytest
 from etils import epath
 from helpers import DATA, ROOT
-from test_paths import gcs  # noqa: F401 (the fixture: GCS without append, in memory)
 
 from zhlm import workdir_lock
 from zhlm.errors import UserError
@@ -47,6 +46,7 @@ def _ids(path):
     return [json.loads(line)["id"] for line in open(path, encoding="utf-8")]
 
 
+@pytest.mark.slow
 def test_records_follow_the_input_one_line_each_for_every_kind(workdirs, classifier, tmp_path):
     reviews = _lines(tmp_path / "reviews.tsv", 200)
     out = tmp_path / "reviews.jsonl"
@@ -111,7 +111,7 @@ def test_an_output_of_another_input_is_refused_and_left_as_it_is(classifier, tmp
     assert out.read_bytes() == before and notes.read_text() == "my own notes\n"
 
 
-def test_a_cloud_output_is_uploaded_whole_and_never_continued(classifier, tmp_path, gcs):  # noqa: F811
+def test_a_cloud_output_is_uploaded_whole_and_never_continued(classifier, tmp_path, gcs):
     reviews = _lines(tmp_path / "reviews.tsv", 100)
     local = tmp_path / "local.jsonl"
     predict_file(classifier, reviews, str(local), chunk=CHUNK)

@@ -16,6 +16,7 @@ from zhlm.finetune.train import finetune, settle_warmup, warmup_steps
 from zhlm.train import metrics
 
 
+@pytest.mark.slow
 def test_each_epoch_records_its_speed_and_real_token_share(tmp_path):
     config = load_task("chnsenticorp")
     config.unlock()

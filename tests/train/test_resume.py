@@ -90,6 +90,7 @@ def cli(workdir, corpus, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_changed_config_is_refused_with_what_differs_and_nothing_written(
     trained, corpus, tmp_path
 ):
@@ -122,6 +123,7 @@ def test_another_recipe_is_refused_even_with_the_same_tree(trained, corpus, tmp_
         train_and_evaluate(make_config(corpus), workdir)
 
 
+@pytest.mark.slow
 def test_no_step_restores_refused_in_one_line_then_restarted_on_request(trained, corpus, tmp_path):
     workdir = copy(trained, tmp_path)
     damage(workdir, 4)
@@ -178,6 +180,7 @@ def test_init_from_takes_the_newest_step_that_reads(trained, tmp_path, caplog):
         checkpoint.load(workdir)
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_in_one_line_with_the_last_checkpoint_intact(corpus, tmp_path):
     """A tmpfs just large enough for the two steps of a 12-step run (each ~36 MB): the third
     save fails for space."""

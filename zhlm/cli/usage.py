@@ -26,7 +26,11 @@ HELP = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 
 
 def run(main):
-    """``app.run(main)`` with the parsing of this module; ``main``'s module is the program."""
+    """``app.run(main)`` with the parsing of this module, in a process settled as a program's
+    (``zhlm.cli.settle_process``); ``main``'s module is the program."""
+    from zhlm import cli
+
+    cli.settle_process()
     module = sys.modules[main.__module__]
     app.run(main, flags_parser=functools.partial(parse, module=module))
 

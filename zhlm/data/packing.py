@@ -7,7 +7,7 @@ exactly as it was built (its own ``[CLS] ... [SEP]``, token types, label), and t
 them apart: position ids restart at 0 for each instance, attention is block-diagonal (a token
 attends only to the tokens of its own instance, as t5x and MaxText pack), and the sentence
 head reads each instance's own [CLS]. So an instance's outputs and losses are those it has
-unpacked (tests/test_packed_model.py checks them to 1e-5 in float32).
+unpacked (tests/models/test_packed_model.py checks them to 1e-5 in float32).
 
 Where: at record-building time (``data.pack``), on each shard's instances in their order, so
 the records have static shapes and the host does nothing per step. Changing ``data.pack``

@@ -7,7 +7,7 @@ tokenizers therefore return ``(ids, starts, ends)`` per text, spans into the tex
 WordPiece is the ``tokenizers`` library (Rust) configured exactly as Hugging Face's
 ``BertTokenizer`` for ``bert-base-chinese``: clean text, a space around every CJK character,
 lower case with accents stripped, split on punctuation, greedy longest-match WordPiece with
-``##`` continuations and at most 100 characters per word. ``tests/test_data_tokenizer.py``
+``##`` continuations and at most 100 characters per word. ``tests/data/test_tokenizer.py``
 checks it token for token against the pure-Python reference tokenizer on the shared corpora.
 
 A new vocabulary can be trained with sentencepiece (:func:`train_sentencepiece`); the ``.model``

@@ -24,7 +24,7 @@ class Segmenter:
     Plain word ids come from jieba's dictionary without its HMM for unknown words: on 2,000
     gold People's Daily lines that scores F 0.827 against 0.806 with the HMM. They are cut by
     ``rjieba`` (jieba-rs, the same dictionary and algorithm in Rust), about 5x faster than
-    jieba and word for word the same (tests/test_data_words.py checks it on real text).
+    jieba and word for word the same (tests/data/test_words.py checks it on real text).
 
     ``with_pos`` uses ``jieba.posseg`` itself, HMM on (it is what tags unknown person names),
     so ERNIE's entity and phrase units keep jieba's tags; rjieba's tagger differs from it.

@@ -24,7 +24,7 @@ from zhlm.models import flash
 # correctness: without them on the heads' inputs and logits, XLA picked a layout for the tied
 # decoder's [B,P,H] x [V,H] product that gave wrong gradients (loss right, embedding and head
 # gradients off by up to 0.18) on a (data=2, fsdp=2, tensor=2) mesh, with Shardy and GSPMD
-# alike; tests/test_train_step.py::test_sharded_equals_unsharded is the guard.
+# alike; tests/train/test_step.py::test_sharded_equals_unsharded is the guard.
 ACTIVATION_AXES = ("batch", "length", None)  # [B,S,H] hidden states, [B,P,H] head inputs
 LOGIT_AXES = ("batch", "length", "vocab")  # [B,P,V] vocabulary logits
 

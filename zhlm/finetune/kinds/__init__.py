@@ -7,8 +7,9 @@ the diagnostics and the converter never compare kind names.
 
 To add a kind: a module (or a sub-package, as ``ner``) here with a ``TaskKind`` subclass, a
 reader in ``zhlm.finetune.readers`` and a metric in ``zhlm.finetune.metrics`` if it brings a
-new format or metric, one line in :data:`KINDS`, and a sample in
-``tests/finetune/kinds/test_contract.py`` (the contract test runs every registered kind).
+new format or metric, one line in :data:`KINDS`, and a sample in ``SAMPLES`` of
+``tests/helpers.py``, which the contract test (``tests/finetune/kinds/test_contract.py``) runs
+for every registered kind.
 """
 
 from __future__ import annotations

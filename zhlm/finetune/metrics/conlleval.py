@@ -6,9 +6,9 @@ Ill-formed sequences (an ``I-PER`` after ``O``, a ``B-PER I-LOC``) are common in
 occur in the MSRA files themselves; conlleval.pl, and ``seqeval`` in its default mode, read them
 with one fixed set of rules: an entity ends and another starts wherever the letter or the type
 says so, so ``O I-PER I-PER`` is one PER entity and ``B-PER I-LOC`` is a PER and a LOC.
-:func:`entities` implements exactly those rules (``tests/finetune/test_ner.py`` checks it against
-``seqeval`` on random sequences), and every scheme is converted through it, so reading a file
-and scoring it agree on what its entities are.
+:func:`entities` implements exactly those rules (``tests/finetune/kinds/test_ner.py`` checks it
+against ``seqeval`` on random sequences), and every scheme is converted through it, so reading a
+file and scoring it agree on what its entities are.
 
 Schemes: ``bio`` (IOB2: every entity starts with ``B-``), ``iob1`` (``B-`` only where an entity
 directly follows one of the same type), ``bioes`` (``S-`` single, ``B-``/``I-``/``E-``) and

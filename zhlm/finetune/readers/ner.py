@@ -11,7 +11,7 @@ Features, windows and merging predictions back are in :mod:`zhlm.finetune.kinds.
 tag schemes, conlleval chunks and the metric in :mod:`zhlm.finetune.metrics.conlleval`. This
 module reads the files and writes predictions as JSON lines of entity spans with their text.
 
-``tests/finetune/test_ner.py`` checks all of this, and reads the real MSRA files.
+``tests/finetune/kinds/test_ner.py`` checks all of this, and reads the real MSRA files.
 """
 
 from __future__ import annotations

@@ -5,29 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import RECIPES, load_config
+from helpers import RECIPES, batch, tiny
 
 from zhlm.models import build_model, count_params, dropout_rngs, fit_vocab, init_variables
 from zhlm.models.layers import attention, attention_with_dropout
-
-
-def tiny(recipe="bert", **model):
-    config = load_config(recipe, "tiny")
-    config.model.vocab_size = 97
-    config.model.max_position_embeddings = 32
-    for k, v in model.items():
-        config.model[k] = v
-    return config
-
-
-def batch(b=2, s=12, vocab=97, seed=0):
-    rs = np.random.RandomState(seed)
-    ids = rs.randint(5, vocab, (b, s))
-    mask = np.ones((b, s), np.int32)
-    mask[0, s - 3 :] = 0
-    types = np.zeros((b, s), np.int32)
-    types[:, s // 2 :] = 1
-    return jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask)
 
 
 def run(config, seed=0, **kw):

@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 import pytest
+from helpers import DATA
 
 from zhlm.data import synonyms, tokenizer, unit_eval, units, words
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 PD = os.path.join(DATA, "corpus", "peoples_daily_199801_pos.txt")
 LEXICONS = os.path.join(DATA, "lexicons")
 

@@ -11,11 +11,9 @@ import os
 import numpy as np
 import pytest
 from etils import epath
+from helpers import DATA, load_config
 
-from tests.helpers import load_config
 from zhlm.data import builder
-
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 
 
 @pytest.mark.slow

@@ -11,50 +11,30 @@ import pytest
 import safetensors.numpy
 import torch
 import transformers as hf
-from helpers import ROOT, load_config
+from helpers import ROOT, load_config, tiny_hf
 
 import zhlm
 from zhlm import convert
 
 TOL = 1e-4
+# Per family, the transformers architecture and config keys of ``helpers.tiny_hf``'s model.
 FAMILIES = {
-    "bert": lambda: hf.BertForPreTraining(
-        hf.BertConfig(
-            vocab_size=101,
-            hidden_size=32,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=40,
-        )
+    "bert": dict(
+        architecture="BertForPreTraining", vocab_size=101, hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=37, max_position_embeddings=40,
     ),
     # groups and inner groups with L not divisible by G, factorised embedding E != H
-    "albert": lambda: hf.AlbertForPreTraining(
-        hf.AlbertConfig(
-            vocab_size=101,
-            embedding_size=16,
-            hidden_size=32,
-            num_hidden_layers=5,
-            num_attention_heads=4,
-            intermediate_size=37,
-            num_hidden_groups=2,
-            inner_group_num=2,
-            max_position_embeddings=40,
-        )
+    "albert": dict(
+        architecture="AlbertForPreTraining", vocab_size=101, embedding_size=16, hidden_size=32,
+        num_hidden_layers=5, num_attention_heads=4, intermediate_size=37, num_hidden_groups=2,
+        inner_group_num=2, max_position_embeddings=40,
     ),
-    "ernie": lambda: hf.ErnieForPreTraining(
-        hf.ErnieConfig(
-            vocab_size=101,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            hidden_act="relu",
-            layer_norm_eps=1e-5,
-            max_position_embeddings=40,
-        )
+    "ernie": dict(
+        architecture="ErnieForPreTraining", vocab_size=101, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=37, hidden_act="relu", layer_norm_eps=1e-5,
+        max_position_embeddings=40,
     ),
-}
+}  # fmt: skip
 
 
 def inputs():
@@ -85,8 +65,7 @@ def torch_outputs(model):
 
 def saved(name, folder):
     """A seeded random HF model of family ``name`` saved in ``folder``, and its outputs."""
-    torch.manual_seed(0)
-    model = FAMILIES[name]().eval()
+    model = tiny_hf(**FAMILIES[name])
     model.save_pretrained(folder)
     return name, model, folder, torch_outputs(model)
 
@@ -100,6 +79,7 @@ def max_errors(out, ref):
     return {k: float(np.abs(np.asarray(out[k]) - ref[k]).max()) for k in ref}
 
 
+@pytest.mark.slow
 def test_parity_with_transformers(family):
     name, _, folder, ref = family
     model, variables, config, report = convert.read_hf(str(folder))
@@ -124,16 +104,10 @@ def test_export_loads_in_transformers_with_same_outputs(family, tmp_path):
 
 
 def test_encoder_only_folder_gets_fresh_heads(tmp_path, capsys):
-    torch.manual_seed(0)
-    hf.BertModel(
-        hf.BertConfig(
-            vocab_size=101,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-        )
-    ).save_pretrained(tmp_path)
+    tiny_hf(
+        "BertModel", vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37,
+    ).save_pretrained(tmp_path)  # fmt: skip
     model, variables, config = zhlm.from_hf(str(tmp_path))
     printed = capsys.readouterr().out
     assert "initialised fresh (not in the source): mlm/transform/kernel" in printed
@@ -143,8 +117,7 @@ def test_encoder_only_folder_gets_fresh_heads(tmp_path, capsys):
 
 
 def test_vocabulary_mismatch_lists_every_tensor(tmp_path):
-    torch.manual_seed(0)
-    FAMILIES["bert"]().save_pretrained(tmp_path)
+    tiny_hf(**FAMILIES["bert"]).save_pretrained(tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["vocab_size"] = 100
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -156,8 +129,7 @@ def test_vocabulary_mismatch_lists_every_tensor(tmp_path):
 
 
 def test_missing_encoder_tensor_is_an_error(tmp_path):
-    torch.manual_seed(0)
-    FAMILIES["bert"]().save_pretrained(tmp_path)
+    tiny_hf(**FAMILIES["bert"]).save_pretrained(tmp_path)
     tensors = safetensors.numpy.load_file(tmp_path / "model.safetensors")
     del tensors["bert.encoder.layer.1.output.dense.weight"]
     safetensors.numpy.save_file(tensors, tmp_path / "model.safetensors")
@@ -166,8 +138,7 @@ def test_missing_encoder_tensor_is_an_error(tmp_path):
 
 
 def test_bfloat16_folder_loads(tmp_path):
-    torch.manual_seed(0)
-    FAMILIES["bert"]().to(torch.bfloat16).save_pretrained(tmp_path)
+    tiny_hf(**FAMILIES["bert"]).to(torch.bfloat16).save_pretrained(tmp_path)
     model, variables, _, _ = convert.read_hf(str(tmp_path))
     assert variables["params"]["pooler"]["dense"]["kernel"].dtype == jnp.float32
 
@@ -180,6 +151,7 @@ def test_recipe_config_keeps_its_heads(tmp_path):
     assert config.model.size == "custom"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["spanbert", "roberta_wwm"])
 def test_export_without_sentence_head(recipe, tmp_path):
     config = load_config(recipe, "tiny")

@@ -13,7 +13,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import DATA, ROOT, hf_folder, read_task
+from helpers import ROOT, SAMPLES, hf_folder, read_task
 
 import zhlm
 from zhlm import defaults
@@ -22,61 +22,6 @@ from zhlm.finetune import kinds, saved
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.task_model import TaskModel
 
-
-def _lines(name, first, n):
-    def write(tmp_path):
-        with open(os.path.join(DATA, name), encoding="utf-8") as f:
-            lines = f.read().splitlines()[first : first + n]
-        path = tmp_path / os.path.basename(name)
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return path
-
-    return write
-
-
-def _cmrc(tmp_path):
-    with open(os.path.join(DATA, "cmrc2018", "cmrc2018_dev.json"), encoding="utf-8") as f:
-        data = json.load(f)
-    path = tmp_path / "cmrc.json"
-    path.write_text(json.dumps(dict(data, data=data["data"][:4]), ensure_ascii=False))
-    return path
-
-
-def _msra(tmp_path):
-    with open(os.path.join(DATA, "msra_ner", "dev.txt"), encoding="utf-8") as f:
-        sentences = f.read().split("\n\n")[:24]
-    path = tmp_path / "ner.txt"
-    path.write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
-    return path
-
-
-def _c3(tmp_path):
-    with open(os.path.join(DATA, "c3", "c3-m-dev.json"), encoding="utf-8") as f:
-        data = json.load(f)[:12]  # passages with 2, 3 and 4 options
-    path = tmp_path / "c3.json"
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    return path
-
-
-def _scored_pairs(tmp_path):
-    """LCQMC pairs with a made-up score from 0 to 5 (no STS-B copy is available offline)."""
-    with open(os.path.join(DATA, "lcqmc", "dev.txt"), encoding="utf-8") as f:
-        pairs = [line.split("\t")[:2] for line in f.read().splitlines()[:24]]
-    path = tmp_path / "sts.tsv"
-    lines = [f"{a}\t{b}\t{(len(a) + len(b)) % 11 / 2}" for a, b in pairs]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-# kind -> (format, writer(tmp_path) -> path, task overrides): one sample per registered kind.
-SAMPLES = {
-    "classification": ("tsv", _lines("chnsenticorp/dev.tsv", 0, 25), {}),  # header + 24
-    "pair": ("tsv", _lines("lcqmc/dev.txt", 0, 24), {}),
-    "mrc": ("squad", _cmrc, dict(max_seq_length=64, doc_stride=32, max_query_length=16)),
-    "ner": ("tagged", _msra, dict(max_seq_length=32, doc_stride=16)),
-    "multiple_choice": ("c3", _c3, dict(max_seq_length=48)),
-    "regression": ("tsv", _scored_pairs, {}),
-}
 # Hugging Face's output names of each of zhlm's task model outputs.
 HF_OUTPUTS = ("logits", "start_logits", "end_logits")
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ROOT
 
 from zhlm import config_files
 from zhlm.train import hlo_stats, metrics, plan, tpu
@@ -175,7 +176,7 @@ def _tools_module(name):
     import importlib
     import os
 
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    tools = os.path.join(ROOT, "tools")
     if tools not in sys.path:
         sys.path.insert(0, tools)
     return importlib.import_module(name)

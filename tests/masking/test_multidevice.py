@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import realtext
+from helpers import HELPERS_PATH
 
 from zhlm import defaults, masking  # noqa: F401  (the child uses masking through this module)
 
@@ -29,7 +30,7 @@ CHILD = textwrap.dedent(
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     sys.path.insert(0, sys.argv[2])
-    import test_masking_multidevice as t
+    import test_multidevice as t
 
     assert len(jax.devices()) == 8, jax.devices()
     batch = t.batch()
@@ -66,7 +67,7 @@ def test_one_device_equals_eight_device_mesh(tmp_path):
     env = dict(
         os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
     )
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([HELPERS_PATH, env.get("PYTHONPATH", "")])  # realtext
     path = tmp_path / "child.npz"
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), here], env=env, capture_output=True, text=True

@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import RECIPES, ROOT
-from test_param_table import tables_module
+from helpers import RECIPES, ROOT, tables_module
 
 # (P[MASK], P[similar], P[random], P[keep]) each recipe's config asks for.
 REPLACEMENT = {
@@ -42,7 +41,8 @@ def test_masking_table_on_real_text():
 
 @pytest.fixture(scope="module")
 def ablation_dir(tmp_path_factory):
-    """One workdir for the three tables, so they share XLA's persistent compilation cache."""
+    """One workdir for the tables' runs (their compiled programs go to the session's
+    persistent compilation cache, tests/conftest.py, which the tool keeps)."""
     return tmp_path_factory.mktemp("tables")
 
 
@@ -255,6 +255,7 @@ def test_bert_wwm_micro(ablation_dir):
     assert not list((ablation_dir / "micro" / "bert_wwm").glob("*/pretrain/checkpoints"))
 
 
+@pytest.mark.slow
 def test_paper_scale_prints_every_command_and_trains_nothing(tmp_path):
     for name, variants, tasks, datasets in (
         ("macbert_replacement", 4, 2, 1),

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_models import batch, tiny
+from helpers import HELPERS_PATH, batch, tiny
 
 from zhlm.models import build_model, dropout_rngs, init_variables
 from zhlm.models.flash import MAX_LENGTH, flash_attention
@@ -74,6 +74,7 @@ def test_flash_refuses_what_it_cannot_do():
         build_model(tiny(attention_impl="splash"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "albert"])
 def test_models_with_flash_attention_equal_the_xla_path(recipe):
     # No hidden dropout: what moves the training loss below is attention dropout alone.
@@ -109,7 +110,7 @@ SHARDED_CHILD = textwrap.dedent(
     from jax.sharding import Mesh
     import flax.linen as nn
     sys.path.insert(0, sys.argv[1])
-    from test_models import batch, tiny
+    from helpers import batch, tiny
     from zhlm.models import build_model, dropout_rngs, init_variables
 
     assert len(jax.devices()) == 8
@@ -146,12 +147,15 @@ SHARDED_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_flash_under_a_mesh_runs_per_shard_and_equals_one_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     env["JAX_PLATFORMS"] = "cpu"
-    tests = os.path.dirname(os.path.abspath(__file__))
     r = subprocess.run(
-        [sys.executable, "-c", SHARDED_CHILD, tests], env=env, capture_output=True, text=True
+        [sys.executable, "-c", SHARDED_CHILD, HELPERS_PATH],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
 
@@ -179,6 +183,7 @@ def _tpu_bytes(fn, shape):
     return (cost[0] if isinstance(cost, list) else cost)["bytes accessed"], compiled.as_text()
 
 
+@pytest.mark.slow
 def test_flash_lowers_for_a_tpu_and_moves_fewer_bytes_than_the_xla_core():
     pytest.importorskip("libtpu", reason="compiling for a TPU needs libtpu (the test extra)")
     shape = (2, 512, 4, 64)  # BERT-base heads are 64 wide; its longest sequences

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import realtext
+from helpers import ROOT
 
 from zhlm import defaults, masking
 from zhlm.train import objectives, sums
@@ -93,7 +94,7 @@ def test_end_to_end_tiny_model_on_real_text(recipe):
 
     from zhlm.models import build_model
 
-    path = os.path.join(os.path.dirname(__file__), "..", "configs", f"{recipe}.py")
+    path = os.path.join(ROOT, "configs", f"{recipe}.py")
     spec = importlib.util.spec_from_file_location(recipe, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

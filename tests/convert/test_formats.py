@@ -4,127 +4,36 @@ Each format is written from a random-init transformers model by its own library 
 ``pytorch_model.bin``, flax.serialization for ``flax_model.msgpack``, h5py in Keras' layout for
 ``tf_model.h5``), in the names HF's Flax and TF2 models give their weights, so these writers
 follow HF's rules and not the reader's. TF1 checkpoints need TensorFlow, which changes how
-etils/TFDS open ``gs://`` paths once installed: their test is ``tests/formats_tf1.py``, run by
-``.ci/run`` in an environment of its own.
+etils/TFDS open ``gs://`` paths once installed: their test is
+``tests/convert/formats_tf1.py``, run by ``.ci/run`` in an environment of its own.
 """
 
 import json
-import shutil
 import sys
 
 import flax.serialization
 import flax.traverse_util as traverse
 import h5py
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import safetensors.numpy
 import torch
-import transformers as hf
 from absl import flags
+from helpers import (
+    FORMAT_FAMILIES,
+    FORMAT_VOCAB,
+    assert_same_import,
+    copy_config,
+    save_format_family,
+    weights,
+    write_vocab,
+)
 
 from zhlm import convert
 from zhlm.cli import convert as cli
 from zhlm.convert import formats
 
-VOCAB = 100
-FAMILIES = {
-    "bert": lambda **kw: hf.BertForPreTraining(
-        hf.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=40,
-            **kw,
-        )
-    ),
-    # two groups of two inner layers: group and layer indices both reach the names
-    "albert": lambda **kw: hf.AlbertForPreTraining(
-        hf.AlbertConfig(
-            vocab_size=VOCAB,
-            embedding_size=16,
-            hidden_size=32,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            intermediate_size=37,
-            num_hidden_groups=2,
-            inner_group_num=2,
-            max_position_embeddings=40,
-            **kw,
-        )
-    ),
-}
-
-
-def inputs():
-    rs = np.random.RandomState(0)
-    ids = rs.randint(1, VOCAB, (2, 11))
-    types = np.zeros_like(ids)
-    types[:, 6:] = 1
-    mask = np.ones_like(ids)
-    mask[1, 8:] = 0
-    return tuple(jnp.asarray(x) for x in (ids, types, mask))
-
-
-def write_vocab(folder, size=VOCAB):
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokens = specials + [f"字{i}" for i in range(size - len(specials))]
-    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
-
-
-def save(name, folder, **config):
-    """A seeded random HF model saved as safetensors, with a vocab.txt."""
-    torch.manual_seed(0)
-    model = FAMILIES[name](**config).eval()
-    model.save_pretrained(folder)
-    write_vocab(folder)
-    return model
-
-
-def assert_same_import(got, want):
-    """Parameters equal to the last bit, and so the outputs; both are checked."""
-    (model, variables, config, _), (ref_model, ref_variables, ref_config, _) = got, want
-    assert model.config == ref_model.config and config.model == ref_config.model
-    flat, ref = (traverse.flatten_dict(v["params"], sep="/") for v in (variables, ref_variables))
-    assert sorted(flat) == sorted(ref)
-    for key in ref:
-        np.testing.assert_array_equal(flat[key], ref[key], err_msg=key)
-    out, ref_out = model.apply(variables, *inputs()), ref_model.apply(ref_variables, *inputs())
-    for key in ref_out:
-        np.testing.assert_array_equal(out[key], ref_out[key], err_msg=key)
-
-
-def module_kinds(model):
-    """Which torch module each parameter belongs to: HF's other frameworks rename by it."""
-    kinds = {}
-    for name, module in model.named_modules():
-        for cls, kind in ((torch.nn.Linear, "dense"), (torch.nn.Embedding, "embedding")):
-            if isinstance(module, cls):
-                kinds[name] = kind
-        if isinstance(module, torch.nn.LayerNorm):
-            kinds[name] = "norm"
-    return kinds
-
-
-def weights(model):
-    """``(module, leaf, kind, array)`` per stored tensor; the tied decoder is not stored."""
-    kinds = module_kinds(model)
-    for key, value in model.state_dict().items():
-        module, _, leaf = key.rpartition(".")
-        if ".decoder" not in key:
-            yield module, leaf, kinds.get(module), value.detach().numpy()
-
-
 # ----------------------------------------------------------------------------- writers
-
-
-def copy_config(src, dst):
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "vocab.txt"):
-        shutil.copy(src / name, dst / name)
-    return dst
 
 
 def write_bin(model, folder, shards=1):
@@ -207,7 +116,7 @@ def references(tmp_path_factory):
     def get(name):
         if name not in cache:
             folder = tmp_path_factory.mktemp(name) / "safetensors"
-            cache[name] = save(name, folder), folder, formats.read_source(str(folder))
+            cache[name] = save_format_family(name, folder), folder, formats.read_source(str(folder))
         return cache[name]
 
     return get
@@ -221,7 +130,9 @@ def written(references, name, fmt):
 
 
 # Every format of both families (sharding once: the same code for all formats).
-CASES = [(f, fmt) for f in sorted(FAMILIES) for fmt in sorted(WRITERS) if fmt != "pytorch-sharded"]
+CASES = [
+    (f, fmt) for f in sorted(FORMAT_FAMILIES) for fmt in sorted(WRITERS) if fmt != "pytorch-sharded"
+]
 CASES.append(("bert", "pytorch-sharded"))
 
 
@@ -258,6 +169,7 @@ def albert_import(references):
     return convert.read_hf(str(references("albert")[1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["flax", "pytorch", "tf2-h5"])
 def test_format_imports_with_the_same_outputs(references, albert_import, fmt):
     """The whole import on the harder family (ALBERT: groups, a factorised embedding)."""
@@ -299,13 +211,14 @@ def test_bin_that_is_not_tensors_is_refused(tmp_path, content, message):
 
 
 def test_vocabulary_that_disagrees_with_the_embedding_names_both(tmp_path):
-    save("bert", tmp_path)
-    write_vocab(tmp_path, VOCAB - 1)
+    save_format_family("bert", tmp_path)
+    write_vocab(tmp_path, FORMAT_VOCAB - 1)
     with pytest.raises(convert.ConversionError) as err:
         convert.read_hf(str(tmp_path))
     assert str(err.value) == (
-        f"{tmp_path}/vocab.txt: {VOCAB - 1} tokens, but bert.embeddings.word_embeddings.weight "
-        f"has {VOCAB} rows (the vocabulary is not the one the model was trained with)"
+        f"{tmp_path}/vocab.txt: {FORMAT_VOCAB - 1} tokens, but "
+        f"bert.embeddings.word_embeddings.weight has {FORMAT_VOCAB} rows "
+        "(the vocabulary is not the one the model was trained with)"
     )
 
 
@@ -336,13 +249,13 @@ def test_folder_without_weights_says_what_was_looked_for(tmp_path):
 
 
 def test_safetensors_is_read_first(tmp_path):
-    save("bert", tmp_path)
+    save_format_family("bert", tmp_path)
     (tmp_path / "pytorch_model.bin").write_bytes(b"not a checkpoint")
     assert formats.read_source(str(tmp_path)).format == "safetensors"
 
 
 def test_cli_turns_a_bin_folder_into_safetensors(tmp_path, capsys):
-    model = save("bert", tmp_path / "ref")
+    model = save_format_family("bert", tmp_path / "ref")
     src = copy_config(tmp_path / "ref", tmp_path / "bin")
     write_bin(model, src)
     # In process: the subprocess CLI test (test_hf_parity) already covers the entry point.

@@ -2,7 +2,7 @@
 exactly what the same weights' safetensors folder imports to.
 
 Run on its own, in an environment with TensorFlow (``pip install -e '.[tf1]'``):
-``python -m pytest -q tests/formats_tf1.py``. ``.ci/run`` makes that environment beside the
+``python -m pytest -q tests/convert/formats_tf1.py``. ``.ci/run`` makes that environment beside the
 main one because an installed TensorFlow changes how etils (and so TFDS and zhlm.paths) open
 ``gs://`` paths: through ``tf.io.gfile`` instead of fsspec. The file's name keeps it out of the
 main ``pytest tests`` run, which has no TensorFlow.
@@ -17,7 +17,13 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_formats import FAMILIES, assert_same_import, copy_config, save, weights
+from helpers import (
+    FORMAT_FAMILIES,
+    assert_same_import,
+    copy_config,
+    save_format_family,
+    weights,
+)
 
 from zhlm import convert
 
@@ -114,10 +120,10 @@ def write_tf1(model, name, folder):
     (folder / "config.json").unlink()  # a TF1 release has only its own config file
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", sorted(FORMAT_FAMILIES))
 def test_tf1_checkpoint_imports_exactly_as_safetensors(tmp_path, name):
     # Google's gelu is the tanh approximation: the safetensors twin says so in HF's words.
-    model = save(name, tmp_path / "safetensors", hidden_act="gelu_new")
+    model = save_format_family(name, tmp_path / "safetensors", hidden_act="gelu_new")
     want = convert.read_hf(str(tmp_path / "safetensors"))
     folder = copy_config(tmp_path / "safetensors", tmp_path / "tf1")
     write_tf1(model, name, folder)

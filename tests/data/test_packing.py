@@ -9,8 +9,7 @@ instances, nor an SBO boundary outside the span's own instance.
 import jax
 import numpy as np
 import pytest
-from helpers import load_config
-from test_data_instances import _check_units
+from helpers import DIALOGUES, check_units, dlm_config, load_config
 
 from zhlm import masking
 from zhlm.data import builder, loader, packing, pipeline, text
@@ -71,7 +70,7 @@ def test_packing_keeps_every_instance_whole_with_its_label(clue_sample, recipe):
     if "sentence_label" in packed:
         assert ((packed["sentence_label"] >= 0) == used).all()
     real = (packed["attention_mask"] == 1) & (packed["word_ids"] >= 0)
-    _check_units(packed["word_ids"], real)  # unique and in order within the row
+    check_units(packed["word_ids"], real)  # unique and in order within the row
     assert ((seg > 0) == (packed["attention_mask"] == 1)).all()
     share = packed["attention_mask"].mean()
     assert share > plain["attention_mask"].mean() and share > 0.9, share
@@ -98,6 +97,7 @@ def test_an_instance_goes_into_the_fullest_row_it_fits():
     assert all(r["attention_mask"].all() for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["spanbert", "macbert", "ernie", "roberta_wwm"])
 def test_masking_never_crosses_an_instance(clue_sample, recipe):
     config, batch, _ = _build(recipe, clue_sample, True)
@@ -133,9 +133,8 @@ def test_packed_dataset_through_the_loader(clue_sample, tmp_path):
     assert ((batch["segment_ids"] > 0) == (batch["attention_mask"] > 0)).all()
 
 
+@pytest.mark.slow
 def test_dialogue_records_pack_with_their_roles_and_labels(tmp_path):
-    from test_dialogue import DIALOGUES, dlm_config
-
     lines = open(DIALOGUES, encoding="utf-8").read().splitlines()[:120]
     path = tmp_path / "dialogues.jsonl"
     path.write_text("\n".join(lines) + "\n", "utf-8")

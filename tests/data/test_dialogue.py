@@ -11,7 +11,6 @@ them would not say what a run on all of them gets.
 
 import collections
 import json
-import os
 import random
 import subprocess
 import sys
@@ -19,23 +18,20 @@ import time
 
 import numpy as np
 import pytest
+from helpers import (
+    DIALOGUES,
+    ROOT,
+    SEP,
+    check_common,
+    check_units,
+    dlm_config,
+    without_opt_level_zero,
+)
 
-from tests.helpers import ROOT, load_config, without_opt_level_zero
-from tests.test_data_instances import _check_common, _check_units
 from zhlm.data import builder, dialogue, instances, pipeline, text
 from zhlm.data.loader import Loader, dataset_dir
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
-DIALOGUES = os.path.join(DATA, "dialogue", "dialogues.jsonl")
-SEP = 102
 DLM_STEPS = 1200  # the accuracy test's run (its docstring)
-
-
-def dlm_config(**data):
-    config = load_config("ernie", "dlm")
-    for key, value in data.items():
-        setattr(config.data, key, value)
-    return config
 
 
 def _writer(ann, data_config):
@@ -63,6 +59,7 @@ def real():
     return dialogues, windows, rows, report
 
 
+@pytest.mark.slow
 def test_fake_share_is_half(real):
     _, windows, rows, _ = real
     labels = np.array([w.label for w in windows])
@@ -138,14 +135,14 @@ def small_dialogues(tmp_path_factory):
 
 def test_records_have_ernie_fields(small_dialogues):
     config = dlm_config()
-    config.data.pack = False  # an instance a row (packed rows: tests/test_data_packing.py)
+    config.data.pack = False  # an instance a row (packed rows: tests/data/test_packing.py)
     assert config.data.fields == ("phrase_ids", "entity_ids")
     batch, report = pipeline.process_shard(text.Shard("dialogue", small_dialogues), config.data)
-    _check_common(config, batch)
+    check_common(config, batch)
     real = batch["attention_mask"].astype(bool) & (batch["input_ids"] != SEP)
     real[:, 0] = False
     for name in ("word_ids", "phrase_ids", "entity_ids"):
-        _check_units(np.where(real, batch[name], -1), real)
+        check_units(np.where(real, batch[name], -1), real)
         assert (batch[name][~real] == -1).all()
     assert (batch["entity_ids"] >= 0).any() and (batch["phrase_ids"] >= 0).any()
     assert set(np.unique(batch["sentence_label"])) == {0, 1}
@@ -188,7 +185,7 @@ def test_dlm_config_mixes_text_and_dialogue_by_weight(small_dialogues, tmp_path)
 
 @pytest.mark.slow
 def test_dlm_config_pretrains_on_its_bundled_text_and_dialogues(tmp_path):
-    """``configs/ernie.py:dlm`` as shipped (no ../shared), shortened as tests/test_loop.py
+    """``configs/ernie.py:dlm`` as shipped (no ../shared), shortened as tests/train/test_loop.py
     shortens runs: both sources are held out and evaluated, and the loss falls."""
     from zhlm.train import metrics
     from zhlm.train.loop import train_and_evaluate

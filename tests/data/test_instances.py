@@ -7,11 +7,9 @@ are checked on every sequence the real corpora produce, for every recipe config.
 
 import numpy as np
 import pytest
+from helpers import CLS, PAD, SEP, check_common, check_units, load_config
 
-from tests.helpers import load_config
 from zhlm.data import pipeline, text
-
-CLS, SEP, PAD = 101, 102, 0
 
 
 def _build(recipe, path, **data):
@@ -24,38 +22,9 @@ def _build(recipe, path, **data):
     return config, batch, report
 
 
-def _check_units(ids, real):
-    """-1 off ``real``; each unit's tokens contiguous; ids 0..n-1 in order of appearance."""
-    for row, mask in zip(ids, real, strict=True):
-        assert (row[~mask] == -1).all()
-        units = row[row >= 0]
-        if not len(units):
-            continue
-        starts = units[np.r_[True, units[1:] != units[:-1]]]
-        assert len(set(starts.tolist())) == len(starts), "a unit is split"
-        assert starts.tolist() == sorted(starts.tolist())
-        assert starts[0] == 0 and starts[-1] == len(starts) - 1
-
-
-def _check_common(config, batch):
-    s = config.data.max_seq_length
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    assert ids.dtype == np.int32 and ids.shape[1] == s and len(ids) > 20
-    for name in ("token_type_ids", "attention_mask", "word_ids"):
-        assert batch[name].shape == ids.shape and batch[name].dtype == np.int32
-    n_real = mask.sum(1)
-    assert (mask == (np.arange(s) < n_real[:, None])).all()  # real tokens then padding
-    assert (ids[:, 0] == CLS).all()
-    assert (ids[np.arange(len(ids)), n_real - 1] == SEP).all()
-    assert (ids[mask == 0] == PAD).all()
-    real = (mask == 1) & (ids != CLS) & (ids != SEP)
-    _check_units(batch["word_ids"], real)
-    return real
-
-
 def test_segment_pair_nsp(clue_sample):
     config, batch, report = _build("bert", clue_sample)
-    _check_common(config, batch)
+    check_common(config, batch)
     seps = (batch["input_ids"] == SEP).sum(1)
     assert (seps == 2).all()
     tt = batch["token_type_ids"]
@@ -70,7 +39,7 @@ def test_segment_pair_nsp(clue_sample):
 
 def test_sop_and_similar_ids(clue_sample):
     config, batch, _ = _build("macbert", clue_sample)
-    real = _check_common(config, batch)
+    real = check_common(config, batch)
     assert 0.35 < batch["sentence_label"].mean() < 0.65
     assert ((batch["input_ids"] == SEP).sum(1) == 2).all()
     sim = batch["similar_ids"]
@@ -105,7 +74,7 @@ def test_sop_swaps_in_order_segments():
 
 def test_full_sentences_pack_across_documents(clue_sample):
     config, batch, _ = _build("roberta_wwm", clue_sample, short_seq_prob=0.0)
-    _check_common(config, batch)
+    check_common(config, batch)
     assert (batch["token_type_ids"] == 0).all()
     assert ((batch["input_ids"] == SEP).sum(1) >= 2).any()  # a document boundary inside
     assert batch["attention_mask"].mean() > 0.75
@@ -114,7 +83,7 @@ def test_full_sentences_pack_across_documents(clue_sample):
 
 def test_doc_sentences_never_cross_documents(clue_sample):
     config, batch, report = _build("spanbert", clue_sample)
-    _check_common(config, batch)
+    check_common(config, batch)
     assert ((batch["input_ids"] == SEP).sum(1) == 1).all()
     # every token of the corpus lands in exactly one sequence
     assert batch["attention_mask"].sum() - 2 * len(batch["input_ids"]) == report.counts["tokens"]
@@ -125,9 +94,9 @@ def test_ernie_phrase_and_entity_ids():
     from zhlm.data import annotate
 
     config, batch, _ = _build("ernie", annotate.resource("peoples_daily_199801_sample.txt"))
-    real = _check_common(config, batch)
+    real = check_common(config, batch)
     for name in ("phrase_ids", "entity_ids"):
-        _check_units(batch[name], real)
+        check_units(batch[name], real)
         assert (batch[name] >= 0).mean() > 0.03
     both = (batch["phrase_ids"] >= 0) & (batch["entity_ids"] >= 0)
     assert not both.any()  # entities are never inside phrases

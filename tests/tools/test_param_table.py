@@ -1,20 +1,10 @@
 """ALBERT Table 1 from our modules: every row within 2.5% of a published figure."""
 
-import importlib.util
 import re
 
-from helpers import ROOT, load_config
+from helpers import load_config, tables_module
 
 from zhlm.models import build_model, count_params
-
-
-def tables_module():
-    spec = importlib.util.spec_from_file_location(
-        "reproduce_tables", f"{ROOT}/tools/reproduce_tables.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_bert_base_count_by_hand():

@@ -1,6 +1,6 @@
 """The jitted train step: gradient accumulation learns, the pre-compile checks, and sharded runs
 on 8 fake CPU devices equal the 1-device run. (Every recipe's loss falling on real text is
-tests/test_loop.py.)"""
+tests/train/test_loop.py.)"""
 
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT, load_config, synthetic_batch
+from helpers import HELPERS_PATH, ROOT, load_config, synthetic_batch
 
 from zhlm.train.step import make_trainer
 
@@ -39,6 +39,7 @@ def losses(config, steps, batch=None, mesh=None):
     return out, state
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_runs_and_learns():
     config = tiny_config()
     config.train.micro_batches = 2
@@ -82,9 +83,9 @@ def test_mesh_that_does_not_fit_the_devices():
 
 SHARDED = r"""
 import json, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{helpers!r}, {here!r}]  # helpers, and this test module
 import jax, numpy as np
-from test_train_step import tiny_config, losses
+from test_step import tiny_config, losses
 from zhlm.train import sharding
 assert len(jax.devices()) == 8
 out = {{}}
@@ -106,7 +107,8 @@ print("RESULT" + json.dumps(out))
 def test_sharded_equals_unsharded(recipe):
     env = dict(os.environ)
     env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    code = SHARDED.format(tests=os.path.join(ROOT, "tests"), recipe=recipe)
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = SHARDED.format(helpers=HELPERS_PATH, here=here, recipe=recipe)
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
     )

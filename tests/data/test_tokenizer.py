@@ -10,10 +10,10 @@ import os
 
 import numpy as np
 import pytest
+from helpers import DATA
 
 from zhlm.data import tokenizer, words
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 VOCAB = os.path.join(DATA, "vocab", "google_zh_vocab.txt")
 
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_models import tiny
+from helpers import tiny
 
 from zhlm.data import packing
 from zhlm.models import build_model, init_variables
@@ -88,6 +88,7 @@ def _losses(model, variables, batch, masked_positions, packed):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["bert", "albert"])  # NSP; SOP with ALBERT's sharing
 def test_packed_instances_have_their_unpacked_losses(recipe):
     config = tiny(recipe, max_position_embeddings=S)

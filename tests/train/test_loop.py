@@ -12,13 +12,13 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import RECIPES, ROOT, load_config
+from helpers import RECIPES, ROOT, load_config, tiny_hf
 
 from zhlm.train import metrics, resume
 from zhlm.train.loop import train_and_evaluate
 
 CORPUS = os.path.join(ROOT, "zhlm", "resources", "peoples_daily_199801_sample.txt")
-CHILD = os.path.join(ROOT, "tests", "pretrain_child.py")
+CHILD = os.path.join(ROOT, "tests", "train", "pretrain_child.py")
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +132,7 @@ def test_sigterm_saves_the_current_step_and_exits_cleanly(corpus, reference, tmp
     assert losses(tmp_path) == reference[0]
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     values = overrides(corpus, **{"train.checkpoint_every": 1, "optim.peak_lr": 1e30})
     values.update({"optim.clip_norm": 0.0, "optim.warmup_steps": 0})
@@ -144,6 +145,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_pa
     assert f"checkpoint is kept (step {bad - 1})" in str(err.value)
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(corpus, tmp_path, caplog):
     values = overrides(corpus, **{"train.num_steps": 8, "train.eval_every": 0})
     config = make_config("bert", values)
@@ -185,17 +187,15 @@ def test_a_step_broken_twice_is_moved_aside_twice(tmp_path):
     assert mngr.reloads == 3
 
 
+@pytest.mark.slow
 def test_init_from_a_hugging_face_folder(corpus, tmp_path):
-    transformers = pytest.importorskip("transformers")
     from zhlm import convert
     from zhlm.train.step import make_trainer
 
     config = make_config("bert", overrides(corpus))
-    cfg = transformers.BertConfig(
-        vocab_size=21128, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=512, max_position_embeddings=512,
-    )  # fmt: skip
-    transformers.BertForPreTraining(cfg).save_pretrained(tmp_path / "hf")
+    tiny_hf(
+        "BertForPreTraining", hidden_size=128, intermediate_size=512, max_position_embeddings=512
+    ).save_pretrained(tmp_path / "hf")
     config.train.init_from = str(tmp_path / "hf")
     trainer = make_trainer(config)
     mngr = resume.manager(str(tmp_path / "work"), config)
@@ -214,6 +214,7 @@ def test_init_from_a_hugging_face_folder(corpus, tmp_path):
         resume.restore_or_init(mngr, make_trainer(config), loader, config)
 
 
+@pytest.mark.slow
 def test_init_from_is_evaluated_at_step_0_and_the_run_ends_with_a_summary(corpus, tmp_path, capsys):
     """The step-0 evaluation of a run from ``init_from`` a pretraining workdir is that workdir's
     last evaluation (the same parameters on the same held-out batches): the init took."""

@@ -9,11 +9,11 @@ import gzip
 import os
 
 import pytest
+from helpers import DATA
 
 from zhlm import defaults
 from zhlm.data import pipeline, text
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 CLUE = os.path.join(DATA, "corpus", "clue_small_docs.txt")
 GOOD = "今天天气很好。我们去公园散步吧！\n他说：“明天见。”\n"
 

@@ -107,6 +107,7 @@ def test_synthetic_batch_seed_and_word_lengths():
     assert 1.4 < lengths.mean() < 1.8 and (lengths >= 3).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", sorted(masking.SCHEMES))
 def test_every_masking_scheme_reads_the_synthetic_batch(scheme):
     config = defaults.get_base_config()

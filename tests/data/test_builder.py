@@ -11,12 +11,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import DATA, ROOT, load_config
 
-from tests.helpers import load_config
 from zhlm.data import annotate, builder, loader
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "..", "shared", "data")
 CLUE = os.path.join(DATA, "corpus", "clue_small_docs.txt")
 
 
@@ -184,7 +182,7 @@ def test_workers_do_not_import_the_callers_main(inputs, tmp_path):
 import sys
 with open({str(marker)!r}, "a") as f:
     f.write("imported\\n")
-from tests.helpers import load_config
+from zhlm.config_files import load as load_config
 from zhlm.data import pipeline, text
 
 if __name__ == "__main__":
