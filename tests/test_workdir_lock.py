@@ -241,9 +241,9 @@ hold = workdir_lock.hold
 
 @contextlib.contextmanager
 def held(workdir, command):
-    with hold(workdir, command):
+    with hold(workdir, command) as lock:
         sys.stdin.readline()
-        yield
+        yield lock
 
 
 workdir_lock.hold = held

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import SAMPLES, read_task
 
-from zhlm import defaults
+from zhlm import defaults, workdir_lock
 from zhlm.finetune import batching, kinds, saved
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.progress import Progress
@@ -182,8 +182,7 @@ def test_a_seeded_run_repeats_and_compiles_once_per_bucket(tmp_path, tokenizer):
                 data,
                 trainer,
                 None,
-                writer,
-                Progress(str(tmp_path / w), config, None),
+                (writer, Progress(str(tmp_path / w), config, None), workdir_lock.Held(w, None)),
             )
             for w in ("first", "second")
         ]
