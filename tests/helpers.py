@@ -69,6 +69,16 @@ def read_task(task):
     return kind.training_examples(task, train), evaluation, reports
 
 
+def cut_orbax(folder):
+    """Cuts every data file of an orbax folder to a third, as a kill or a copy stopped midway
+    would leave it."""
+    for root, _, files in os.walk(folder):
+        if os.sep + "d" in root:
+            for name in files:
+                with open(os.path.join(root, name), "r+b") as f:
+                    f.truncate(max(os.path.getsize(f.name) // 3, 1))
+
+
 def _lines(name, first, n):
     def write(tmp_path):
         with open(os.path.join(DATA, name), encoding="utf-8") as f:

@@ -13,10 +13,10 @@ sequence length; ``--peak-lr`` replaces the learning rate on both sides: the pap
 pretrained encoder, and a random one learns nothing at it in a few epochs), and evaluate after
 every epoch. The peer is what ``transformers.Trainer`` does: random batches, each padded to its
 longest row (``DataCollatorWithPadding``; ``DataCollatorForTokenClassification`` for NER), AdamW
-with a linear schedule, gradient clipping. Both sides correct Adam's moments for their bias
-(torch's AdamW always does; zhlm's, as BERT's, does not by default, so the bench turns it on). zhlm
-runs in a child process set up as ``zhlm-finetune``'s (``zhlm.cli``: platform, host memory), the
-peer in this one as PyTorch's default. Epoch 1 includes zhlm's compilation, so the figures are
+with a linear schedule, gradient clipping. Both sides correct Adam's moments for their bias (torch's
+AdamW always does; zhlm's, as BERT's, does not by default, so the bench turns it on). zhlm runs in a
+child process set up as ``zhlm-finetune``'s (``zhlm.cli.settle_process``: platform, host memory),
+the peer in this one as PyTorch's default. Epoch 1 includes zhlm's compilation, so the figures are
 those of the last epoch (its training and its evaluation pass): examples per second of training
 rows, the ratio zhlm / peer, the real-token share of each side's computed positions (zhlm's from
 its ``metrics.jsonl``: batches in length buckets; beside it the share if every batch were padded to

@@ -1,11 +1,10 @@
 """One run per workdir: ``lock.json``, taken before anything is written and released at exit.
 
-Why: two ``zhlm-pretrain`` (or ``zhlm-finetune``) runs started on one workdir both ran to the
-end, interleaving ``metrics.jsonl`` and checkpoints and leaving the second's ``config.json``.
-Now the second stops at once with :class:`WorkdirLocked`, whose one-line message names the
-holder (command, process id, host, start time, last heartbeat). A file that a program appends
-to (``zhlm-predict --output``) is locked the same way, by ``OUTPUT.lock`` beside it
-(:func:`hold_output`).
+Why: two ``zhlm-pretrain`` (or ``zhlm-finetune``) runs on one workdir would interleave
+``metrics.jsonl`` and checkpoints and leave the second's ``config.json``. The second stops at once
+with :class:`WorkdirLocked`, whose one-line message names the holder (command, process id, host,
+start time, last heartbeat). A file that a program appends to (``zhlm-predict --output``) is locked
+the same way, by ``OUTPUT.lock`` beside it (:func:`hold_output`).
 
 The lock is ``<workdir>/lock.json``: ``command``, ``pid``, ``host`` (and its ``boot`` id),
 ``started``, ``heartbeat`` (ISO 8601 times) and a random ``token`` that tells this run's lock

@@ -130,7 +130,9 @@ def test_bucketed_predictions_equal_full_length_ones(name, tmp_path, tokenizer):
     arrays = features.arrays
     model = kind.model(model_config(config.model), task)
     params = saved.init_params(model, jax.random.key(0), kind.example_inputs(task))
-    apply = jax.jit(lambda b: kind.device_outputs(model.apply({"params": params}, *_inputs(b)), b))
+    apply = jax.jit(
+        lambda b: kind.device_outputs(model.apply({"params": params}, *batching.model_inputs(b)), b)
+    )
     runs = [batching.run(apply, arrays, 8, b) for b in (buckets, (length,))]
     bucketed, unbucketed = runs
     if name in SPREAD:
@@ -154,10 +156,6 @@ def test_bucketed_predictions_equal_full_length_ones(name, tmp_path, tokenizer):
                 assert a[key] == pytest.approx(b[key], abs=1e-4)
             else:
                 assert a[key] == b[key], key
-
-
-def _inputs(batch):
-    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, load_task
+from helpers import ROOT, cut_orbax, load_task
 
 from zhlm.finetune import progress as progress_lib
 from zhlm.finetune.train import finetune
@@ -143,15 +143,6 @@ def _copy(interrupted, tmp_path):
     return workdir
 
 
-def _cut(folder):
-    """Cuts every data file of an orbax folder to a third, as a kill during its write would."""
-    for root, _, files in os.walk(folder):
-        if os.sep + "d" in root:
-            for name in files:
-                with open(os.path.join(root, name), "r+b") as f:
-                    f.truncate(max(os.path.getsize(f.name) // 3, 1))
-
-
 @pytest.mark.slow
 def test_a_training_file_changed_in_place_is_refused_naming_it(interrupted, tmp_path):
     workdir, train_file = _copy(interrupted, tmp_path), interrupted[1]
@@ -193,7 +184,7 @@ def _size(folder) -> int:
 
 
 def _damage_state(workdir):
-    _cut(workdir / "progress" / "state-0-1")
+    cut_orbax(workdir / "progress" / "state-0-1")
     return "progress/state-0-1"
 
 
@@ -214,7 +205,7 @@ def _delete_state(workdir):
 
 
 def _damage_best(workdir):
-    _cut(workdir / "progress" / "best-0-1" / "params")
+    cut_orbax(workdir / "progress" / "best-0-1" / "params")
     return "progress/best-0-1/params"
 
 

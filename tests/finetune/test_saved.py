@@ -3,7 +3,6 @@ encoder from its ``best/``, the head too where it fits the new task), and a ``be
 files were cut short is one line from ``zhlm-predict`` and ``zhlm-convert``, naming the folder
 and what to do."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,20 +11,13 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT, load_task
+from helpers import ROOT, cut_orbax, load_task
+from ml_collections import ConfigDict
 
 from zhlm.finetune import kinds, saved
+from zhlm.finetune import train as train_lib
 from zhlm.finetune.train import finetune
 from zhlm.train import checkpoint
-
-
-def _cut(folder):
-    """Cuts every data file of an orbax folder to a third, as a copy stopped midway would."""
-    for root, _, files in os.walk(folder):
-        if os.sep + "d" in root:
-            for name in files:
-                with open(os.path.join(root, name), "r+b") as f:
-                    f.truncate(max(os.path.getsize(f.name) // 3, 1))
 
 
 def test_init_reads_a_fine_tuning_workdirs_best_head_included(workdirs):
@@ -37,6 +29,13 @@ def test_init_reads_a_fine_tuning_workdirs_best_head_included(workdirs):
     want = saved.load_finetuned(best)[1]
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(loaded.params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    # Another task of the same shape (two classes, other labels) takes the encoder only too.
+    task, kind = loaded.config.task, kinds.get("classification")
+    assert "classifier" in train_lib._init_params(loaded, kind, task)
+    for other in (dict(labels=("entailment", "neutral")), dict(kind="pair")):
+        task = ConfigDict(dict(loaded.config.task, **other))
+        assert "classifier" not in train_lib._init_params(loaded, kind, task)
 
     # A task of another shape (NER's seven tags against two classes) takes the encoder only.
     config = load_task("msra_ner")
@@ -73,7 +72,7 @@ def test_fine_tuning_from_a_fine_tuning_workdir_keeps_a_head_that_fits(workdirs,
 def test_a_damaged_best_folder_is_one_line_naming_it(workdirs, tmp_path, program):
     workdir = tmp_path / "run"
     shutil.copytree(workdirs["classification"], workdir)
-    _cut(workdir / "best" / "params")
+    cut_orbax(workdir / "best" / "params")
     text = tmp_path / "new.txt"
     text.write_text("房间很干净\n", encoding="utf-8")
     out = tmp_path / "out"
@@ -89,4 +88,15 @@ def test_a_damaged_best_folder_is_one_line_naming_it(workdirs, tmp_path, program
     assert line.startswith(f"zhlm-{program}: {workdir}/best/params cannot be read ("), line
     assert "run zhlm-finetune with --overwrite" in line and "another checkpoint" in line
     assert not os.path.exists(f"{out}.jsonl") and not os.path.exists(out)
-    json.dumps(line)  # one plain line
+
+
+def test_a_cut_config_of_best_is_one_line_naming_the_file_and_the_way_forward(workdirs, tmp_path):
+    best = tmp_path / "best"
+    shutil.copytree(os.path.join(workdirs["classification"], "best"), best)
+    config = best / "config.json"
+    config.write_text(config.read_text()[:100])
+    with pytest.raises(checkpoint.DamagedCheckpoint) as raised:
+        saved.load_finetuned(str(best))
+    (line,) = str(raised.value).splitlines()
+    assert line.startswith(f"{config} cannot be read (JSONDecodeError: "), line
+    assert line.endswith(checkpoint.REWRITE), line

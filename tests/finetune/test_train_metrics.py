@@ -79,3 +79,14 @@ def test_warmup_keys_out_of_range_are_refused_naming_both():
     optim.update(warmup_steps=-1, warmup_ratio=0.25)
     settle_warmup(optim)  # the ratio, as by default
     assert warmup_steps(optim, 100) == 25 and optim.warmup_ratio == 0.25
+
+
+def test_warmup_steps_as_long_as_the_run_are_refused_in_fine_tuning_terms(tmp_path):
+    config = load_task("chnsenticorp")
+    config.unlock()
+    config.task.max_seq_length = 32
+    config.train.update(epochs=1, batch_size=8, max_train_examples=16, max_eval_examples=8)
+    config.optim.warmup_steps = 2
+    with pytest.raises(UserError, match=r"^optim.warmup_steps=2 is not shorter than the run's 2 "
+                       r"steps \(1 epoch\(s\) of 2 batches of 8\): give fewer"):  # fmt: skip
+        finetune(config, None, str(tmp_path))

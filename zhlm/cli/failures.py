@@ -17,7 +17,7 @@ INTERRUPTED = 130  # 128 + SIGINT
 
 
 @contextlib.contextmanager
-def one_line(program: str, interrupted: str = "", rewrite=str):
+def one_line(program: str, interrupted: str = "; run the same command again", rewrite=str):
     """Runs the ``with`` block; a :class:`UserError` exits with status 1 and its message
     (``rewrite(error)``), Ctrl-C with :data:`INTERRUPTED` and ``program: interrupted`` followed
     by ``interrupted`` (what a rerun does), each one line after ``program:``."""

@@ -44,6 +44,8 @@ def main(argv):
         f": the same command continues after the last complete record in {_OUTPUT.value} "
         "(each is written whole)"
     )
+    if "://" in _OUTPUT.value:  # a cloud object, uploaded whole at the end: nothing to continue
+        rerun = f": nothing was written to {_OUTPUT.value}; run the same command again"
     with failures.one_line("zhlm-predict", rerun, own_flags):
         from zhlm.finetune.predict import predict
 

@@ -157,7 +157,11 @@ def read_hf(path, config=None, seed=0):
     _check_tied(tensors, family, flat, errors)
     errors += [f"{hf}: missing from the folder" for hf in missing.pop("body", [])]
     if errors:
-        raise ConversionError(f"{path}: cannot convert:\n  " + "\n  ".join(errors))
+        more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
+        raise ConversionError(
+            f"{path}: cannot convert ({'; '.join(errors[:3])}{more}): check that its weights "
+            "are whole and of the model its config.json describes"
+        )
     heads = _task_heads(tensors)
     report = Report(
         fresh=[p for head in missing for p in flat if p.startswith(_HEAD_PATHS[head])],

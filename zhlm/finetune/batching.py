@@ -52,6 +52,11 @@ FLOAT_PAD = -1e9  # per-token float outputs beyond a row's bucket
 INT_PAD = -1  # per-token integer outputs beyond a row's bucket
 
 
+def model_inputs(batch: dict) -> tuple:
+    """The arrays a task model's ``__call__`` takes, in its order, from a batch."""
+    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+
+
 def bucket_lengths(length_buckets: Sequence[int], max_seq_length: int) -> tuple[int, ...]:
     """The sequence lengths of ``task.length_buckets`` (empty: powers of two from
     :data:`FIRST_BUCKET`), increasing, ``max_seq_length`` last."""

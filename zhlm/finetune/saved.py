@@ -44,7 +44,10 @@ def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:
         if part == head and mismatch:
             continue  # e.g. a classifier for another label set: train a fresh one
         if mismatch:
-            raise UserError(f"pretrained parameters do not fit the model: {', '.join(mismatch)}")
+            raise UserError(
+                f"pretrained parameters do not fit the model: {', '.join(mismatch)}; give an "
+                "--init of the same architecture, or none to start from random weights"
+            )
         out[part] = traverse.unflatten_dict({k: jnp.asarray(old[k], new[k].dtype) for k in new})
     left_fresh = [part for part in out if out[part] is fresh[part]]
     return out, left_fresh

@@ -39,10 +39,9 @@ from zhlm.train.checkpoint import VOCAB
 class TaskModel:
     """A fine-tuned model ready to predict: ``TaskModel.load(workdir).predict(examples)``."""
 
-    def __init__(self, model, params, config, tokenizer):
-        self.config, self.tokenizer = config, tokenizer
-        self.kind = kinds.get(config.task.kind)  # resolved once: every prediction uses it
-        forward = jax.jit(lambda p, b: model.apply({"params": p}, *_inputs(b)))
+    def __init__(self, kind, model, params, config, tokenizer):
+        self.kind, self.config, self.tokenizer = kind, config, tokenizer
+        forward = jax.jit(lambda p, b: model.apply({"params": p}, *batching.model_inputs(b)))
         self._forward = lambda batch: forward(params, batch)
 
     @property
@@ -55,15 +54,12 @@ class TaskModel:
         """The model of ``source``, a fine-tuning workdir, its ``best/`` or a Hugging Face
         task folder (:func:`from_hf`; ``kind`` picks among kinds of one class); ``fmt`` and
         ``text_fields`` say how inputs are read when not as the run's data was."""
-        best = (
-            source
-            if run_files.is_params_checkpoint(source)
-            else str(run_files.path(source, run_files.BEST))
-        )
-        if run_files.is_params_checkpoint(best):
+        best = run_files.finetuned_params(source)
+        if best:
             model, params, config = saved.load_finetuned(best)
+            found = kinds.get(config.task.kind)
         elif _hf_config(source) is not None:
-            model, params, config = from_hf(source, kind)
+            found, model, params, config = from_hf(source, kind)
         else:
             raise NotFound(
                 f"{source}: no fine-tuned model (a zhlm-finetune workdir with {run_files.BEST}/, "
@@ -74,9 +70,9 @@ class TaskModel:
         task.format = fmt or task.format
         if text_fields:
             task.text_fields = tuple(text_fields)
-        vocab = run_files.path(best, VOCAB)  # the run's vocabulary, saved beside its parameters
-        task.vocab = str(vocab) if vocab.is_file() else task.vocab
-        return cls(model, params, config, task_files.load_tokenizer(task))
+        vocab = run_files.path(best, VOCAB) if best else None  # the run's, beside its params
+        task.vocab = str(vocab) if vocab and vocab.is_file() else task.vocab
+        return cls(found, model, params, config, task_files.load_tokenizer(task))
 
     def predict(self, examples) -> list[dict]:
         """One record per example (see the module docstring), in the examples' order."""
@@ -84,8 +80,9 @@ class TaskModel:
 
 
 def from_hf(source: str, kind_name: str = ""):
-    """``(model, params, config)`` of a Hugging Face task folder (``BertForSequenceClassification``
-    and the others a kind exports): the kind from its architecture and config
+    """``(kind, model, params, config)`` of a Hugging Face task folder
+    (``BertForSequenceClassification`` and the others a kind exports): the kind from its
+    architecture and config
     (``kinds.for_hf``), its labels from ``id2label``, the encoder and the trained head from
     its weights, the vocabulary from its ``vocab.txt`` or ``tokenizer.json``. A folder without
     the head's weights is refused (its head would be random)."""
@@ -106,7 +103,7 @@ def from_hf(source: str, kind_name: str = ""):
             f"{source}: no trained {kind.export.head!r} of {kind.name} in its weights (a random "
             "head predicts nothing): fine-tune it with zhlm-finetune --init=FOLDER first"
         )
-    return model, params, config
+    return kind, model, params, config
 
 
 def _hf_config(source: str) -> dict | None:
@@ -119,10 +116,6 @@ def _hf_config(source: str) -> dict | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return value if isinstance(value, dict) and value.get("architectures") else None
-
-
-def _inputs(batch):
-    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
 def _records(kind, task, examples, tokenizer, forward, config) -> list[dict]:

@@ -15,16 +15,16 @@ function of the seed. The train step is one jitted pure function that donates th
 draws dropout from ``fold_in(key, step)``; the seeds share the compiled functions.
 
 Files in ``workdir`` (named in ``zhlm.run_files``): ``results.json`` (also returned),
-``config.json``, ``metrics.jsonl`` (one split per seed over its steps, as pretraining's: the
-loss and learning rate every ``train.log_every`` steps, and at each epoch's end its train loss,
-learning rate, dev metrics and speed; TensorBoard events under ``tensorboard/``) drawn as
-``curves.png``, ``best/`` (the best run's
-parameters: a parameter checkpoint that :func:`load_finetuned`, ``--init`` and
-``zhlm-convert --to=hf`` read), and the best run's dev predictions: for MRC
-``predictions_dev.json`` (``{qid: answer}``) with ``eval_set.json``, the evaluated questions in
-SQuAD layout, so that ``zhlm-cmrc-eval workdir/eval_set.json workdir/predictions_dev.json``
-reproduces the F1; for NER ``predictions_dev.jsonl`` (entity spans with their text) and the
-best run's scores by entity type in ``results.json``.
+``config.json``, ``metrics.jsonl`` (one split per seed over its steps, as pretraining's: the loss
+and learning rate every ``train.log_every`` steps, and at each epoch's end its train loss, learning
+rate, dev metrics and speed; TensorBoard events under ``tensorboard/``) drawn as ``curves.png``,
+``best/`` (the best run's parameters: a parameter checkpoint that
+:func:`zhlm.finetune.saved.load_finetuned`, ``--init`` and ``zhlm-convert --to=hf`` read), and the
+best run's dev predictions: for MRC ``predictions_dev.json`` (``{qid: answer}``) with
+``eval_set.json``, the evaluated questions in SQuAD layout, so that ``zhlm-cmrc-eval
+workdir/eval_set.json workdir/predictions_dev.json`` reproduces the F1; for NER
+``predictions_dev.jsonl`` (entity spans with their text) and the best run's scores by entity type
+in ``results.json``.
 
 Before training, two diagnostics are printed and kept in ``results.json``
 (:mod:`zhlm.finetune.diagnose`): the loss of predicting the label prior, where a run that uses
@@ -94,6 +94,12 @@ def _finetune(config, init: str | None, workdir: str, held: workdir_lock.Held) -
     train = config.train
     steps_per_epoch = data.train_buckets.num_batches(train.batch_size)
     num_steps = train.epochs * steps_per_epoch
+    if config.optim.warmup_steps >= num_steps:
+        raise UserError(
+            f"optim.warmup_steps={config.optim.warmup_steps} is not shorter than the run's "
+            f"{num_steps} steps ({train.epochs} epoch(s) of {steps_per_epoch} batches of "
+            f"{train.batch_size}): give fewer warmup steps, or -1 for optim.warmup_ratio"
+        )
     trainer = task_trainer(config, kind, num_steps)
     print(
         f"zhlm-finetune: {config.task.name} ({config.task.kind}) from {init_from}: "
@@ -107,7 +113,7 @@ def _finetune(config, init: str | None, workdir: str, held: workdir_lock.Held) -
         f"train-step and {data.eval_buckets.programs} forward programs",
         flush=True,
     )
-    loaded_params = None if loaded is None else loaded.with_task_heads()
+    loaded_params = None if loaded is None else _init_params(loaded, kind, config.task)
     first_rows = np.arange(min(train.batch_size, data.num_train))
     first = next(batching.batches(data.train, train.batch_size, first_rows))
     encode = None if loaded_params is None else functools.partial(encoder(trainer), loaded_params)
@@ -172,12 +178,14 @@ def _check_fits(config, tokenizer):
     if config.task.max_seq_length > config.model.max_position_embeddings:
         raise UserError(
             f"task.max_seq_length={config.task.max_seq_length} exceeds the model's "
-            f"max_position_embeddings={config.model.max_position_embeddings}"
+            f"max_position_embeddings={config.model.max_position_embeddings}: pass "
+            f"--config.task.max_seq_length={config.model.max_position_embeddings} or less"
         )
     if tokenizer.vocab_size > config.model.vocab_size:
         raise UserError(
             f"the vocab has {tokenizer.vocab_size} tokens, the model only "
-            f"{config.model.vocab_size} word embeddings"
+            f"{config.model.vocab_size} word embeddings: use the vocabulary the model was "
+            "trained with (config.task.vocab; an --init brings its own)"
         )
 
 
@@ -194,7 +202,10 @@ class _Data:
         train = learned[: limits.max_train_examples or None]
         self.examples = evaluation[: limits.max_eval_examples or None]
         if not train or not self.examples:
-            raise UserError(f"{task.name}: no usable training or evaluation examples")
+            raise UserError(
+                f"{task.name}: no usable training or evaluation examples: check "
+                "config.task.train_file and dev_file (or holdout), and the reports above"
+            )
         self.num_train_examples = len(train)
         self.train = kind.featurize(train, tokenizer, task, training=True).arrays
         self.eval = kind.featurize(self.examples, tokenizer, task, training=False)
@@ -221,7 +232,9 @@ def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
 
     def apply(params, batch, deterministic, rng=None):
         rngs = None if rng is None else dropout_rngs(rng, model.config)
-        return model.apply({"params": params}, *_inputs(batch), deterministic, rngs=rngs)
+        return model.apply(
+            {"params": params}, *batching.model_inputs(batch), deterministic, rngs=rngs
+        )
 
     def loss(params, batch, rng, deterministic=False):
         outputs = apply(params, batch, deterministic, None if deterministic else rng)
@@ -276,7 +289,7 @@ def encoder(trainer: step.Trainer):
 
     def encode(params, batch):
         params = {k: params[k] for k in ("embeddings", "encoder")}
-        inputs = _inputs(batch)
+        inputs = batching.model_inputs(batch)
         shape = inputs[0].shape
         flat = [x.reshape(-1, shape[-1]) for x in inputs]
         out = trainer.model.apply({"params": params}, *flat, True, method="encode")
@@ -291,8 +304,17 @@ def encoder(trainer: step.Trainer):
     return run
 
 
-def _inputs(batch):
-    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+def _init_params(loaded: checkpoint.Loaded, kind, task) -> dict:
+    """The init's parameters, with its task head only where that head may serve this task: a
+    zhlm fine-tuned model's when it was trained for the same kind and labels (a two-class
+    sentiment head never starts a two-class NLI task), a Hugging Face folder's when it fits."""
+    params = loaded.with_task_heads()
+    trained_for = loaded.config.get("task")
+    if trained_for is not None and (
+        trained_for.kind != task.kind or tuple(trained_for.labels) != tuple(task.labels)
+    ):
+        params.pop(kind.export.head, None)
+    return params
 
 
 def _run(seed, config, kind, data, trainer, loaded_params, out) -> dict:
@@ -337,7 +359,8 @@ def _run(seed, config, kind, data, trainer, loaded_params, out) -> dict:
             if train.log_every and (first_step + i) % train.log_every == 0:
                 held.check()  # nothing more is written into a workdir another run took over
                 line = _train_line(window)  # fetched: a log step
-                writer.write(first_step + i, _split(seed), line)
+                if i < len(plan):  # the epoch's own line holds its last step
+                    writer.write(first_step + i, _split(seed), line)
                 batches.write(
                     f"  seed {seed} epoch {epoch} step {first_step + i}: loss "
                     f"{line['train_loss']:.4f}, learning rate {line['learning_rate']:.3g}"

@@ -99,11 +99,7 @@ def load_params(path: str, remedy: str = REWRITE):
             f"{path}: not a zhlm parameter checkpoint "
             f"(needs {run_files.CONFIG} and {run_files.PARAMS}/)"
         )
-    try:
-        config = _read_config(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # cut short or overwritten
-        file = run_files.path(path, run_files.CONFIG)
-        raise DamagedCheckpoint(f"{file} {damage(e)}; {remedy}") from e
+    config = _read_config(path, remedy)
     vocab = run_files.path(path, VOCAB)
     if vocab.is_file():  # the checkpoint's own copy is its vocabulary, wherever it now lies
         (config.task if "task" in config else config.data).vocab = str(vocab)
@@ -171,15 +167,24 @@ def _folder_vocab(source: str) -> str:
     return tokenizer_files.find_vocab(source) or ""
 
 
-def _read_config(folder) -> ml_collections.ConfigDict:
+def _read_config(folder, remedy: str = REWRITE) -> ml_collections.ConfigDict:
+    """The folder's config; one that does not read as JSON (cut short or overwritten) raises
+    :class:`DamagedCheckpoint` with ``remedy``, one of another zhlm version a UserError."""
     path = run_files.path(folder, run_files.CONFIG)
     if not path.is_file():
         raise NotFound(f"{folder}: no {run_files.CONFIG}")
     try:
-        return defaults.config_from_dict(json.loads(path.read_text()))
-    except (ValueError, KeyError) as e:  # damaged, or written by another version of zhlm
+        values = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DamagedCheckpoint(f"{path} {damage(e)}; {remedy}") from e
+    try:
+        return defaults.config_from_dict(values)
+    except (ValueError, KeyError) as e:  # written by another version of zhlm
         reason = e.args[0] if isinstance(e, KeyError) and e.args else e
-        raise UserError(f"{path} does not read as a zhlm config: {reason}") from e
+        raise UserError(
+            f"{path} does not read as a zhlm config: {reason}; write it again with this "
+            "version of zhlm or use the version that wrote it"
+        ) from e
 
 
 def _load_pretraining(folder: str) -> Loaded:

@@ -256,9 +256,10 @@ def place_params(params, abstract_params, shardings, path: str, model_config=Non
         if k in flat and tuple(np.shape(flat[k])) != tuple(want[k].shape)
     ]
     if errors:
+        more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
         raise UserError(
-            f"init_from {path}: parameters do not fit config.model (set its dims to the "
-            "checkpoint's):\n  " + "\n  ".join(errors[:20])
+            f"init_from {path}: parameters do not fit config.model ({'; '.join(errors[:3])}"
+            f"{more}): set its dims to the checkpoint's"
         )
     flat_sh = traverse_util.flatten_dict(shardings, sep="/")
 
@@ -328,11 +329,11 @@ def restore_or_init(mngr, trainer, loader, config, loaded=None):
 
 def out_of_space(error: BaseException) -> bool:
     """Whether ``error`` (or one it was raised from) says the disk is full: an ``OSError``
-    ENOSPC, or orbax's and tensorstore's wording of it."""
+    ENOSPC (or EDQUOT, a quota spent), or orbax's and tensorstore's wording of it."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         text = f"{type(error).__name__}: {error}"
         if any(sign in text for sign in ("RESOURCE_EXHAUSTED", "No space left", "ENOSPC")):

@@ -18,7 +18,7 @@ from helpers import ROOT, SAMPLES, hf_folder, read_task
 import zhlm
 from zhlm import defaults
 from zhlm.data.tokenizer import WordPiece, default_vocab
-from zhlm.finetune import kinds, saved
+from zhlm.finetune import batching, kinds, saved
 from zhlm.finetune import train as train_lib
 from zhlm.finetune.task_model import TaskModel
 
@@ -68,7 +68,7 @@ def test_kind_contract(name, init, tmp_path, request):
     task = saved_config.task
     _, evaluation, _ = read_task(task)
     tokenizer = WordPiece(default_vocab())
-    records = TaskModel(model, saved_params, saved_config, tokenizer).predict(evaluation)
+    records = TaskModel(kind, model, saved_params, saved_config, tokenizer).predict(evaluation)
     assert len(records) == len(evaluation) and all("id" in r for r in records)
     json.dumps(records, ensure_ascii=False)  # what zhlm-predict writes, a line each
 
@@ -76,17 +76,15 @@ def test_kind_contract(name, init, tmp_path, request):
     hf = getattr(transformers, "Bert" + kind.export.hf_class).from_pretrained(str(tmp_path / "hf"))
     evaluated = kind.featurize(evaluation, tokenizer, task, training=False)
     batch = {k: v[:4] for k, v in evaluated.arrays.items()}
-    ours = jax.device_get(model.apply({"params": saved_params}, *_inputs(batch)))
+    ours = jax.device_get(model.apply({"params": saved_params}, *batching.model_inputs(batch)))
     with torch.no_grad():
-        ids, types, mask = (torch.tensor(np.asarray(x, np.int64)) for x in _inputs(batch))
+        ids, types, mask = (
+            torch.tensor(np.asarray(x, np.int64)) for x in batching.model_inputs(batch)
+        )
         theirs = hf.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types)
     assert set(ours) <= set(HF_OUTPUTS)
     for out in ours:
         np.testing.assert_allclose(ours[out], theirs[out].numpy(), atol=1e-4, rtol=1e-4)
-
-
-def _inputs(batch):
-    return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
 
 
 # Per kind, in a process with 8 CPU devices: two steps of the same batches and seed on a mesh of

@@ -15,7 +15,7 @@ for every registered kind.
 from __future__ import annotations
 
 from zhlm.errors import UserError
-from zhlm.finetune.kinds.base import TaskKind
+from zhlm.finetune.kinds.base import TASK_KEY, TaskKind
 from zhlm.finetune.kinds.classification import Classification
 from zhlm.finetune.kinds.mrc import Mrc
 from zhlm.finetune.kinds.multiple_choice import MultipleChoice
@@ -55,11 +55,14 @@ def for_hf(hf_config: dict, name: str = "") -> TaskKind:
     sentence-pair classifier)."""
     (architecture,) = hf_config.get("architectures") or [""]
     fits = [k for k in KINDS.values() if architecture.endswith(k.export.hf_class)]
-    exported = (hf_config.get("zhlm_task") or {}).get("kind", "")
+    exported = (hf_config.get(TASK_KEY) or {}).get("kind", "")
     name = name or (exported if exported in KINDS else "")
     if name:
         if get(name) not in fits:
-            raise UserError(f"kind {name!r} cannot read a {architecture or 'model'} folder")
+            raise UserError(
+                f"kind {name!r} cannot read a {architecture or 'model'} folder: leave the kind "
+                "out to take the folder's own"
+            )
         return get(name)
     fits = [k for k in fits if k.export.takes(hf_config)]
     if not fits:

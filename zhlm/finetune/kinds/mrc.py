@@ -72,7 +72,10 @@ def mrc_features(
         q_ids = q.ids[:max_query_length]
         room = max_seq_length - len(q_ids) - 3
         if room <= 0:
-            raise UserError(f"max_seq_length={max_seq_length} leaves no room for the context")
+            raise UserError(
+                f"max_seq_length={max_seq_length} leaves no room for the context: raise "
+                "config.task.max_seq_length or lower config.task.max_query_length"
+            )
         spans = doc_windows(len(c.ids), room, doc_stride)
         best = max_context_window(spans, len(c.ids))
         target = None

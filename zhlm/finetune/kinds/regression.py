@@ -1,9 +1,9 @@
 """Sentence and sentence-pair regression: one real-valued score per example from the pooled
 [CLS] (STS-B: how alike two sentences are, 0 to 5).
 
-Reading and the input layout are :class:`~zhlm.finetune.kinds.classification.Classification`'s
-(``texts=1`` or ``2``, the same formats, fields and pair truncation); the label column holds a
-number instead of a class. A score that is not a finite number is reported and its record
+Its reader is a pair table (:class:`~zhlm.finetune.readers.tables.TableReader` with two texts
+and scores: the formats, fields and pair truncation of the ``pair`` kind); the label column
+holds a number instead of a class. A score that is not a finite number is reported and its record
 skipped, as a classifier's unknown label is (``unknown_label``, file and line); ``task.labels``
 does not apply and must stay empty.
 

@@ -92,7 +92,7 @@ def encode(spans: Iterable[Span], length: int, scheme: str = "bio") -> list[str]
     last_end, last_type = -1, None
     for type_, start, end in spans:
         if not 0 <= start < end <= length or start < last_end:
-            raise UserError(f"span {(type_, start, end)} is outside 0..{length} or overlaps")
+            raise ValueError(f"span {(type_, start, end)} is outside 0..{length} or overlaps")
         tags[start:end] = _span_tags(type_, end - start, scheme, last_end == start, last_type)
         last_end, last_type = end, type_
     return tags
@@ -121,22 +121,20 @@ def check_scheme(scheme: str) -> None:
         raise UserError(f"unknown tagging scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
 
 
-def detect_scheme(
-    tag_seqs: Iterable[Sequence[str]], where: str = "the tags", spans: Sequence | None = None
-) -> str:
+def detect_scheme(tag_seqs: Iterable[Sequence[str]], where: str = "the tags") -> str:
     """The scheme of a whole file's tags. ``M-`` means bmes and ``E-``/``S-`` bioes (both
     together with ``I-`` is an error), unless at most 5% of the entities end in ``E-``/``S-``:
     those few are then ill-formed entities of a B/I file (one stray ``E-`` does not make every
     multi-character entity of a BIO file ill-formed). With only ``B-``/``I-`` the entity starts
     decide: in BIO they are ``B-``, in IOB1 ``I-`` (``B-`` only after an entity of the same
     type); a few of the other kind are ill-formed entities of the majority scheme, more than 5%
-    is ambiguous. ``spans``: each sequence's :func:`entities`, when the caller has them."""
+    is ambiguous."""
     letters: set[str] = set()
     b_starts = i_starts = es_ends = total = 0
-    for n, tags in enumerate(tag_seqs):
+    for tags in tag_seqs:
         letters.update(parse_tag(tag)[0] for tag in set(tags))
         last_end, last_type = -1, None
-        for type_, start, end in entities(tags) if spans is None else spans[n]:
+        for type_, start, end in entities(tags):
             total += 1
             es_ends += tags[end - 1][0] in "ES"
             if tags[start][0] == "I":

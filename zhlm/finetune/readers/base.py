@@ -31,8 +31,9 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def read(self, path, task, require_label: bool = True) -> tuple[Iterator, ReadReport]:
         """``(examples as they are read, report complete once they are)`` of one file in
-        ``task.format``: memory stays bounded whatever the file's size. ``require_label``
-        False (inputs to predict) keeps records without a label."""
+        ``task.format``, one record at a time where the format allows (tables and tagged
+        text, whatever their size; a JSON document such as SQuAD's or C3's is parsed whole).
+        ``require_label`` False (inputs to predict) keeps records without a label."""
 
     def describe(self, path, task) -> str:
         """For a file of which no record could be read: what it looks like, or the formats

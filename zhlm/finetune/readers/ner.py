@@ -102,16 +102,8 @@ def read_tagged(path: Path, scheme: str = "auto") -> tuple[list[NerExample], Ner
     one of ``conlleval.SCHEMES`` or ``auto`` (:func:`conlleval.detect_scheme`). A sentence
     with a bad line (field count, a token that is not one character, a tag outside the scheme)
     is skipped; ill-formed entities are kept as conlleval reads them and reported."""
-    if scheme != "auto":
-        conlleval.check_scheme(scheme)
-    report = NerReadReport(os.fspath(path))
-    sentences = [(*s, conlleval.entities(s[2])) for s in _tagged_sentences(path, report)]
-    detected = scheme == "auto"
-    if detected:
-        tag_seqs = (tags for _, _, tags, _ in sentences)
-        scheme = conlleval.detect_scheme(tag_seqs, report.path, [s[3] for s in sentences])
-    report.scheme = scheme
-    return finish(list(_tagged_examples(path, sentences, detected, report)), report)
+    examples, report = iter_tagged(path, scheme)
+    return finish(list(examples), report)
 
 
 def iter_tagged(path: Path, scheme: str = "auto") -> tuple[Iterator[NerExample], NerReadReport]:
@@ -263,16 +255,11 @@ def _to_bio(tags: list[str], spans: list, scheme: str, first: int, report) -> li
     return conlleval.encode(spans, len(tags), "bio")
 
 
-def read_plain(path: Path, require_label: bool = False):
-    """Plain sentences, one a line (inputs to predict): examples whose tags are all ``O``."""
-    examples, report = iter_plain(path, require_label)
-    return finish(list(examples), report)
-
-
 def iter_plain(path: Path, require_label: bool = False):
-    """:func:`read_plain` a line at a time: ``(examples, report)``, the report complete once
-    the examples are. Blank lines are skipped, a line with a tab is reported: it is a tagged
-    file's (``char<TAB>tag``) or a table's."""
+    """Plain sentences, one a line (inputs to predict), as examples whose tags are all ``O``:
+    ``(examples, report)``, the report complete once the examples are. Blank lines are
+    skipped, a line with a tab is reported: it is a tagged file's (``char<TAB>tag``) or a
+    table's."""
     if require_label:
         raise UserError(f"{path}: format {PLAIN} holds no tags; train from tagged or spans_jsonl")
     report = NerReadReport(os.fspath(path), scheme="none")

@@ -184,7 +184,4 @@ class SquadReader(Reader):
         return iter(examples), report
 
     def describe(self, path, task):
-        return (
-            "format squad (SQuAD v1 JSON: data, paragraphs, qas): pass the one that fits, "
-            "--config.task.format=NAME"
-        )
+        return "format squad (SQuAD v1 JSON: data, paragraphs, qas): convert the file to it"

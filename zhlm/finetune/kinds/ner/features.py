@@ -80,7 +80,10 @@ def ner_features(
     ignored = collections.Counter()
     window = max_seq_length - 2
     if window < 1 or not 1 <= stride <= window:
-        raise UserError(f"need 1 <= stride={stride} <= max_seq_length - 2 = {window}")
+        raise UserError(
+            f"need 1 <= stride={stride} <= max_seq_length - 2 = {window}: pass a "
+            "--config.task.doc_stride in that range"
+        )
     continuation = _continuation_ids(tokenizer)
     rows = []
     encodings = tokenizer.encode_batch([e.text for e in examples])
