@@ -10,6 +10,7 @@ tests/ on the path; a child process that needs it puts ``HELPERS_PATH`` there).
 
 import json
 import os
+import random
 import shutil
 
 import numpy as np
@@ -67,6 +68,22 @@ def read_task(task):
     kind = kinds.get(task.kind)
     train, evaluation, reports = task_files.read_task(kind, task)
     return kind.training_examples(task, train), evaluation, reports
+
+
+def binary_lines(count, seed=0):
+    """``count`` lines of random bytes above ASCII: what a binary file is read as."""
+    rng = random.Random(seed)
+    return [bytes(rng.randrange(128, 256) for _ in range(110)) for _ in range(count)]
+
+
+def binary_file(path, readable=("很好\t0", "太差\t1")):
+    """A 5 kB file of 41 lines of random bytes above ASCII and the ``readable`` lines among
+    them (what a binary file gives: a few lines that happen to decode), at lines 4, 21 ..."""
+    lines = binary_lines(41)
+    for i, line in enumerate(readable):
+        lines.insert(3 + 17 * i, line.encode("utf-8"))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
 
 
 def cut_orbax(folder):

@@ -7,6 +7,8 @@ import platform
 import subprocess
 import sys
 
+import pytest
+
 # A jitted function with a 64 MiB temporary (the [2048, 8192] product feeds a second matmul),
 # called five times after its first call; prints the minor page faults per call. The program's
 # modules are imported first, as a console script imports its module before calling run().
@@ -43,6 +45,7 @@ def _faults_per_call(mode: str) -> float:
     return float(run.stdout.split()[-1])
 
 
+@pytest.mark.slow
 def test_a_program_on_the_cpu_reuses_a_steps_temporaries_and_an_import_changes_nothing():
     assert platform.libc_ver()[0] == "glibc", "CI runs Linux with glibc, whose mallopt is set"
     imported, program = _faults_per_call("imported"), _faults_per_call("program")

@@ -6,7 +6,6 @@ keeps its traceback; Ctrl-C is one line saying that the same command continues, 
 Each case runs the real program in a child process: what is under test is what the user sees.
 """
 
-import importlib
 import json
 import os
 import re
@@ -16,7 +15,7 @@ import sys
 import threading
 
 import pytest
-from helpers import DATA, ROOT, load_task
+from helpers import DATA, ROOT
 
 from zhlm.cli import failures
 from zhlm.errors import NotFound, UserError
@@ -56,14 +55,10 @@ def _own_lines(stderr):
     return [line for line in stderr.strip().splitlines() if not LOG_LINE.match(line)]
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
+@pytest.fixture
+def model(workdirs):
     """A fine-tuning workdir holding a random tiny classifier, as zhlm-finetune leaves one."""
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    tiny_workdir = importlib.import_module("bench_predict").tiny_workdir
-    config = load_task("chnsenticorp")
-    config.task.max_seq_length = 32
-    return tiny_workdir(str(tmp_path_factory.mktemp("model") / "cs"), config)
+    return workdirs["classification"]
 
 
 def _cases(tmp):

@@ -68,6 +68,7 @@ def test_fake_share_is_half(real):
     assert [int(r["sentence_label"]) for r in rows] == labels.tolist()
 
 
+@pytest.mark.slow
 def test_fake_turn_never_from_its_own_dialogue(real):
     dialogues, windows, _, report = real
     for w in windows:
@@ -167,6 +168,7 @@ def test_dialogue_sources_need_a_sentence_head(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_dlm_config_mixes_text_and_dialogue_by_weight(small_dialogues, tmp_path):
     """The dlm recipe's two sources in one dataset; the loader draws them by its weights."""
     config = dlm_config()

@@ -9,7 +9,6 @@ file front end, not accuracy. Small chunks make a few hundred records several ch
 import inspect
 import json
 import os
-import random
 import re
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import sys
 
 import pytest
 from etils import epath
-from helpers import DATA, ROOT
+from helpers import DATA, ROOT, binary_file, binary_lines
 
 from zhlm import workdir_lock
 from zhlm.errors import UserError
@@ -130,6 +129,7 @@ def _command(workdir, path, out):
     return done.returncode, done.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_an_input_that_gives_no_record_exits_non_zero(workdirs, classifier, tmp_path):
     """Through the command, naming its own flags: a NER model given plain sentences in a .txt
     (read as its run's tagged files: every line malformed), and a classifier given a CSV
@@ -157,20 +157,11 @@ def test_an_input_that_gives_no_record_exits_non_zero(workdirs, classifier, tmp_
     assert not out.exists()
 
 
-def _binary_lines(count, seed=0):
-    """``count`` lines of random bytes above ASCII: what a binary file is read as."""
-    rng = random.Random(seed)
-    return [bytes(rng.randrange(128, 256) for _ in range(110)) for _ in range(count)]
-
-
 def test_a_mostly_unreadable_input_is_refused_before_any_prediction(workdirs, tmp_path):
     """A 5 kB binary file whose lines but two do not decode: training's rule (more records
     unreadable than read is refused), through the command, and nothing written."""
-    lines = _binary_lines(41)
-    lines[3:3] = ["很好\t1".encode()]  # the run's layout: a headerless TSV has a label last
-    lines[20:20] = ["太差\t0".encode()]
-    path = tmp_path / "binary.tsv"
-    path.write_bytes(b"\n".join(lines) + b"\n")
+    # The run's layout: a headerless TSV has a label last.
+    path = binary_file(tmp_path / "binary.tsv", ("很好\t1", "太差\t0"))
     out = tmp_path / "out.jsonl"
     status, last = _command(workdirs["classification"], path, out)
     assert status != 0 and not out.exists()
@@ -186,7 +177,7 @@ def test_an_input_that_turns_unreadable_stops_before_that_chunk(classifier, tmp_
     written, and the same command stops there again."""
     reviews = _lines(tmp_path / "reviews.tsv", 100)
     path = tmp_path / "tail.tsv"
-    path.write_bytes(open(reviews, "rb").read() + b"\n".join(_binary_lines(300)) + b"\n")
+    path.write_bytes(open(reviews, "rb").read() + b"\n".join(binary_lines(300)) + b"\n")
     out = tmp_path / "out.jsonl"
     for _ in range(2):
         with pytest.raises(ValueError, match=r"mostly unreadable as format tsv \(300 records unr"):

@@ -156,6 +156,7 @@ def test_a_hugging_face_task_folder_predicts_what_transformers_computes(tmp_path
     assert [(e["type"], e["start"], e["end"]) for e in entities] == expected
 
 
+@pytest.mark.slow
 def test_a_folder_that_is_no_task_model_is_refused(tmp_path):
     from helpers import hf_folder
 

@@ -8,12 +8,11 @@ line's expected text and what must not be printed before it."""
 
 import collections
 import os
-import random
 import subprocess
 import sys
 
 import pytest
-from helpers import DATA, ROOT, load_task, read_task
+from helpers import DATA, ROOT, binary_file, load_task, read_task
 
 from zhlm import defaults
 from zhlm.errors import UserError
@@ -26,17 +25,6 @@ def reviews(count=30):
     with open(os.path.join(DATA, "chnsenticorp", "dev.tsv"), encoding="utf-8") as f:
         rows = f.read().splitlines()[1 : count + 1]
     return [tuple(row.split("\t", 1)) for row in rows]
-
-
-def binary(path, readable=("很好\t0", "太差\t1")):
-    """A 5 kB file of 41 lines of random bytes above ASCII and the ``readable`` lines among
-    them (what a binary file gives: a few lines that happen to decode)."""
-    rng = random.Random(0)
-    lines = [bytes(rng.randrange(128, 256) for _ in range(110)) for _ in range(41)]
-    for i, line in enumerate(readable):
-        lines.insert(3 + 17 * i, line.encode("utf-8"))
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
 
 
 def finetune_command(tmp_path, config, train, *flags):
@@ -90,7 +78,7 @@ def _swapped_columns(tmp_path):
 
 
 def _binary(tmp_path):
-    path = binary(tmp_path / "binary.tsv")
+    path = binary_file(tmp_path / "binary.tsv")
     expected = (
         "mostly unreadable as format tsv (41 records unreadable, 2 read): the file looks like"
     )
@@ -137,12 +125,12 @@ def test_a_mostly_unreadable_file_is_refused_and_a_mostly_readable_one_read(tmp_
     """More unreadable records than read ones: refused (training and evaluation files alike);
     as many read as not: read, the bad ones reported."""
     task = defaults.get_finetune_config("tiny").task
-    path = binary(tmp_path / "binary.tsv")
+    path = binary_file(tmp_path / "binary.tsv")
     task.update(train_file=str(path), dev_file=str(path), labels=("0", "1"))
     with pytest.raises(UserError, match=r"binary.tsv: mostly unreadable as format tsv \(41 recor"):
         read_task(task)
     rows = [f"{text}\t{label}" for label, text in reviews(41)]
-    path = binary(tmp_path / "half.tsv", rows)
+    path = binary_file(tmp_path / "half.tsv", rows)
     task.update(train_file=str(path), dev_file=str(path))
     train, _, reports = read_task(task)
     assert len(train) == 41 and reports[0].counts == {"malformed_line": 41}

@@ -48,6 +48,7 @@ def test_each_epoch_records_its_speed_and_real_token_share(tmp_path):
         assert line["tokens_per_second"] == pytest.approx(line["examples_per_second"] * real / 40)
 
 
+@pytest.mark.slow
 def test_warmup_steps_given_warm_up_over_exactly_those_steps_and_the_config_says_so(tmp_path):
     """``--config.optim.warmup_steps=3`` takes the place of the default warmup_ratio: the
     learning rate rises over 3 steps (logged every step with the loss), and config.json shows
@@ -81,6 +82,7 @@ def test_warmup_keys_out_of_range_are_refused_naming_both():
     assert warmup_steps(optim, 100) == 25 and optim.warmup_ratio == 0.25
 
 
+@pytest.mark.slow
 def test_warmup_steps_as_long_as_the_run_are_refused_in_fine_tuning_terms(tmp_path):
     config = load_task("chnsenticorp")
     config.unlock()

@@ -105,6 +105,7 @@ def test_bfloat16_compute_keeps_float32_params():
     np.testing.assert_allclose(out["mlm_logits"], out32["mlm_logits"], atol=0.15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", "dots"])
 def test_remat_changes_nothing_numerically(policy):
     ids, types, mask = batch()

@@ -113,6 +113,7 @@ def test_a_changed_config_is_refused_with_what_differs_and_nothing_written(
     assert [line["step"] for line in metrics.read(workdir)] == list(range(1, 13))
 
 
+@pytest.mark.slow
 def test_another_recipe_is_refused_even_with_the_same_tree(trained, corpus, tmp_path):
     workdir = copy(trained, tmp_path)
     saved = json.load(open(os.path.join(workdir, "config.json")))

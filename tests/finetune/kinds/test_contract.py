@@ -33,7 +33,6 @@ def test_every_registered_kind_has_a_sample():
 @pytest.fixture(scope="module")
 def hf_init(tmp_path_factory):
     """A tiny random ``BertModel`` folder (no task head), what ``--init`` takes."""
-    pytest.importorskip("torch")
     return hf_folder(tmp_path_factory.mktemp("init"), "BertModel")[1]
 
 
@@ -41,7 +40,7 @@ def hf_init(tmp_path_factory):
 @pytest.mark.parametrize("init", ["random", "hf"])
 @pytest.mark.parametrize("name", sorted(kinds.KINDS))
 def test_kind_contract(name, init, tmp_path, request):
-    torch = pytest.importorskip("torch")
+    import torch
     import transformers
 
     fmt, write, overrides = SAMPLES[name]
