@@ -96,6 +96,19 @@ def cut_orbax(folder):
                     f.truncate(max(os.path.getsize(f.name) // 3, 1))
 
 
+def reviews_config(tmp_path, rows=24, **train):
+    """A chnsenticorp config on ``rows`` made-up two-class reviews (``tmp_path/reviews.tsv``),
+    a quarter held out, 16 tokens, batches of 8; ``train`` sets ``config.train`` keys."""
+    made = [(str(i % 2), ("好评" if i % 2 else "差评") + f"第{i}条") for i in range(rows)]
+    path = tmp_path / "reviews.tsv"
+    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in made), "utf-8")
+    config = load_task("chnsenticorp", shared=False)
+    config.unlock()
+    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=16)
+    config.train.update(dict(seeds=1, batch_size=8, log_every=0), **train)
+    return config
+
+
 def _lines(name, first, n):
     def write(tmp_path):
         with open(os.path.join(DATA, name), encoding="utf-8") as f:

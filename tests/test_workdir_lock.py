@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from helpers import ROOT, load_config
+from helpers import ROOT, load_config, load_task, reviews_config
 
 from zhlm import workdir_lock
 from zhlm.train import metrics
@@ -216,8 +216,6 @@ def test_cloud_storage_lock_refuses_and_releases():
 
 
 def test_pretraining_and_fine_tuning_refuse_a_held_workdir_before_writing(tmp_path):
-    from helpers import load_task
-
     from zhlm.finetune.train import finetune
     from zhlm.train.loop import train_and_evaluate
 
@@ -366,19 +364,11 @@ def test_pretraining_that_lost_its_lock_stops_before_its_next_write(tmp_path, mo
 
 @pytest.mark.slow
 def test_fine_tuning_that_lost_its_lock_stops_before_its_next_write(tmp_path, monkeypatch):
-    from helpers import load_task
-
     from zhlm.finetune import progress as progress_lib
     from zhlm.finetune.train import finetune
 
-    rows = [(str(i % 2), ("好评" if i % 2 else "差评") + f"第{i}条") for i in range(24)]
-    path = tmp_path / "reviews.tsv"
-    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in rows), "utf-8")
-    config = load_task("chnsenticorp", shared=False)
-    config.unlock()
-    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=16)
+    config = reviews_config(tmp_path, epochs=2)
     config.task.length_buckets = (16,)
-    config.train.update(epochs=2, seeds=1, batch_size=8, log_every=0)
     workdir = tmp_path / "run"
     monkeypatch.setattr(workdir_lock, "HEARTBEAT_SECONDS", 0.05)
     save_epoch = progress_lib.Progress.save_epoch

@@ -11,20 +11,14 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, cut_orbax, load_task
+from helpers import ROOT, cut_orbax, load_task, reviews_config
 
 from zhlm.finetune import progress as progress_lib
 from zhlm.finetune.train import finetune
 
 
 def _config(tmp_path):
-    rows = [(str(i % 2), ("好评" if i % 2 else "差评") + f"第{i}条") for i in range(48)]
-    path = tmp_path / "reviews.tsv"
-    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in rows), "utf-8")
-    config = load_task("chnsenticorp", shared=False)
-    config.unlock()
-    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=16)
-    config.train.update(epochs=3, seeds=2, batch_size=8, log_every=0)
+    config = reviews_config(tmp_path, rows=48, epochs=3, seeds=2)
     config.optim.peak_lr = 1e-3
     return config
 

@@ -11,7 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import ROOT, cut_orbax, load_task
+from helpers import ROOT, cut_orbax, load_task, reviews_config
 from ml_collections import ConfigDict
 
 from zhlm.finetune import kinds, saved
@@ -51,14 +51,8 @@ def test_init_reads_a_fine_tuning_workdirs_best_head_included(workdirs):
 
 @pytest.mark.slow
 def test_fine_tuning_from_a_fine_tuning_workdir_keeps_a_head_that_fits(workdirs, tmp_path):
-    rows = [(str(i % 2), ("好评" if i % 2 else "差评") + f"第{i}条") for i in range(24)]
-    path = tmp_path / "reviews.tsv"
-    path.write_text("label\ttext_a\n" + "".join(f"{a}\t{b}\n" for a, b in rows), "utf-8")
-    config = load_task("chnsenticorp", shared=False)
-    config.unlock()
-    config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=16)
+    config = reviews_config(tmp_path, epochs=1)
     config.task.length_buckets = (16,)
-    config.train.update(epochs=1, seeds=1, batch_size=8, log_every=0)
     init = workdirs["classification"]
     results = finetune(config, init, str(tmp_path / "again"))
     assert results["init"] == init
