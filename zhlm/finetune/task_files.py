@@ -7,9 +7,8 @@ reading also settles what the training file decides (an empty ``task.labels`` be
 labels, written back into ``task``, so the head, the metrics and the saved config agree).
 
 Training reads a file whole (:func:`read_file`); prediction streams it (:func:`stream_file`), so
-that a table or tagged file of any size fits in the same memory (a JSON document is parsed
-whole). A file's report is printed once: by read_file, or by
-zhlm-predict after the last record.
+that a table or tagged file of any size fits in the same memory (a JSON document is parsed whole). A
+file's report is printed once: by read_file, or by zhlm-predict after the last record.
 
 Why the split helper: LCQMC and CMRC 2018 have no offline training file, so a config may hold
 out a fraction of one file: records drawn at random within each label, or whole passages for

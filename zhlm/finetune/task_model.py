@@ -82,10 +82,9 @@ class TaskModel:
 def from_hf(source: str, kind_name: str = ""):
     """``(kind, model, params, config)`` of a Hugging Face task folder
     (``BertForSequenceClassification`` and the others a kind exports): the kind from its
-    architecture and config
-    (``kinds.for_hf``), its labels from ``id2label``, the encoder and the trained head from
-    its weights, the vocabulary from its ``vocab.txt`` or ``tokenizer.json``. A folder without
-    the head's weights is refused (its head would be random)."""
+    architecture and config (``kinds.for_hf``), its labels from ``id2label``, the encoder and the
+    trained head from its weights, the vocabulary from its ``vocab.txt`` or ``tokenizer.json``. A
+    folder without the head's weights is refused (its head would be random)."""
     hf_config = _hf_config(source)
     kind = kinds.for_hf(hf_config, kind_name)
     loaded = checkpoint.load(source)
