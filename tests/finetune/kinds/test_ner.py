@@ -13,6 +13,7 @@ from seqeval.metrics import sequence_labeling as seqeval
 
 from zhlm.data.tokenizer import WordPiece, default_vocab
 from zhlm.finetune.kinds.ner import features as ner_features
+from zhlm.finetune.kinds.ner import records as ner_records
 from zhlm.finetune.kinds.ner.features import IGNORE, merge
 from zhlm.finetune.metrics import conlleval
 from zhlm.finetune.readers import ner
@@ -448,13 +449,13 @@ def test_evaluation_keeps_a_type_the_labels_lack_in_the_metric(tokenizer, caplog
 def test_prediction_records_and_file(tmp_path):
     e = ner.NerExample("dev.txt:3", "张三在北京", ("O",) * 5, 3)
     tags = ["I-PER", "I-PER", "O", "B-LOC", "I-LOC"]  # ill-formed, read the conlleval way
-    records = ner.prediction_records(e, tags)
+    records = ner_records.prediction_records(e, tags)
     assert records == [
         dict(type="PER", start=0, end=2, text="张三"),
         dict(type="LOC", start=3, end=5, text="北京"),
     ]
     path = str(tmp_path / "p.jsonl")
-    ner.write_predictions(path, [e, e], [tags, ["O"] * 5])
+    ner_records.write_predictions(path, [e, e], [tags, ["O"] * 5])
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     label = {"PER": {"张三": [[0, 1]]}, "LOC": {"北京": [[3, 4]]}}
@@ -463,7 +464,7 @@ def test_prediction_records_and_file(tmp_path):
     back, report = ner.read_spans_jsonl(path)  # the CLUENER form reads back
     assert report.ok and back[0].tags == ("B-PER", "I-PER", "O", "B-LOC", "I-LOC")
     with pytest.raises(ValueError, match="4 tags for 5 characters"):
-        ner.prediction_records(e, tags[:4])
+        ner_records.prediction_records(e, tags[:4])
 
 
 # ------------------------------------------------------------------------------- MSRA files

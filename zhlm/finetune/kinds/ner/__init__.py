@@ -1,8 +1,9 @@
 """Named-entity recognition as token classification: one BIO tag per word, windows over long
 sentences, entities scored as conlleval does.
 
-Reading and writing the tag and span files is :mod:`zhlm.finetune.readers.ner`; windows, labels
-and merging predictions back :mod:`zhlm.finetune.kinds.ner.features`; the metric
+Reading the tag and span files is :mod:`zhlm.finetune.readers.ner`; windows, labels and merging
+predictions back :mod:`zhlm.finetune.kinds.ner.features`; the predicted entities as records and
+the predictions file :mod:`zhlm.finetune.kinds.ner.records`; the metric
 :mod:`zhlm.finetune.metrics.conlleval`. This module joins them into a kind. The tags come from
 ``task.labels``, else the training file's entity types (``O``, ``B-T``, ``I-T``).
 
@@ -21,6 +22,7 @@ from zhlm.errors import UserError
 from zhlm.finetune.kinds.base import Export, TaskKind, cross_entropy, entropy
 from zhlm.finetune.kinds.classification import SequenceClassifier
 from zhlm.finetune.kinds.ner import features as ner_features
+from zhlm.finetune.kinds.ner import records as ner_records
 from zhlm.finetune.metrics import conlleval
 from zhlm.finetune.readers import ner as ner_reader
 from zhlm.finetune.readers.base import Reader
@@ -95,13 +97,13 @@ class Ner(TaskKind):
 
     def records(self, examples, predictions, task):
         return [
-            dict(id=e.guid, text=e.text, entities=ner_reader.prediction_records(e, t))
+            dict(id=e.guid, text=e.text, entities=ner_records.prediction_records(e, t))
             for e, t in zip(examples, predictions, strict=True)
         ]
 
     def write_dev(self, root, examples, predictions):
         path = str(root / NER_PREDICTIONS)
-        ner_reader.write_predictions(path, examples, predictions)
+        ner_records.write_predictions(path, examples, predictions)
         # The micro scores are the epoch's metrics; per type they say which entities it finds.
         gold = [list(e.tags) for e in examples]
         return {"predictions": path, "by_type": conlleval.scores(gold, predictions)["by_type"]}
