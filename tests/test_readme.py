@@ -45,7 +45,7 @@ def test_readme_first_hour_runs_as_written(tmp_path):
         writer = csv.writer(f)
         writer.writerow(["text", "label"])
         writer.writerows([[review, label] for label, review in rows])
-    values = dict(HF=hf, TEXT=str(text), CSV=str(reviews), STEPS="20")
+    values = dict(HF=hf, TEXT=str(text), CSV=str(reviews), STEPS="5")
     lines = first_hour_block().splitlines()
     script = [f"{name}={values[name]}" for name in NAMES] + lines[len(NAMES) :]
     (tmp_path / "first").mkdir()

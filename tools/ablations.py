@@ -51,7 +51,8 @@ class Scale:
     tasks: dict  # task -> config.task overrides
 
 
-MICRO_TASK = dict(max_seq_length=128)
+# One length a task (no buckets): each bucket would be one more train and eval program to compile.
+MICRO_TASK = dict(max_seq_length=128, length_buckets=(128,))
 SCALES = {
     "micro": Scale(
         size="tiny",
@@ -78,7 +79,7 @@ SCALES = {
         tasks={
             "chnsenticorp": MICRO_TASK,
             "ocnli": MICRO_TASK,
-            "cmrc2018": dict(max_seq_length=128, doc_stride=64, max_query_length=32),
+            "cmrc2018": dict(MICRO_TASK, doc_stride=64, max_query_length=32),
             "msra_ner": MICRO_TASK,  # no MSRA sentence is over 100 characters
         },
     ),

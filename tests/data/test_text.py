@@ -171,6 +171,26 @@ def test_bad_missing_or_empty_glob(tmp_path):
         text.expand_inputs([str(tmp_path / "none*")], text.Report(), 1)
 
 
+def test_a_corpus_moved_to_another_folder_gives_the_same_instances(tmp_path):
+    """A shard's draws are seeded by its path below the glob's fixed folder, not the whole
+    path: a copy elsewhere gives the same records, while two files of one name in different
+    sub-folders of one glob still draw apart."""
+    corpus = open(CLUE, encoding="utf-8").read()[:12_000]
+    cfg = defaults.get_base_config().data
+    cfg.format = "doc_sentences"
+    records = {}
+    for top in ("here", "moved/elsewhere"):
+        for sub in ("a", "b"):
+            (tmp_path / top / sub).mkdir(parents=True)
+            (tmp_path / top / sub / "part-0.txt").write_text(corpus, encoding="utf-8")
+        shards = text.expand_inputs([str(tmp_path / top / "*/part-*.txt")], text.Report(), 2**20)
+        assert [s.name for s in shards] == ["a/part-0.txt", "b/part-0.txt"]
+        records[top] = [pipeline.process_shard(s, cfg)[0]["input_ids"] for s in shards]
+    (here_a, here_b), (moved_a, moved_b) = records["here"], records["moved/elsewhere"]
+    assert (here_a == moved_a).all() and (here_b == moved_b).all()
+    assert here_a.shape != here_b.shape or (here_a != here_b).any()
+
+
 def test_report_names_where_each_reason_first_happened(tmp_path):
     """Every repaired or skipped reason lists the first files and lines (byte offsets in a
     byte-range shard) it came from, merged across shards in file order."""

@@ -51,7 +51,10 @@ def _converter(data_config):
 
 
 def shard_seed(seed: int, shard: text.Shard) -> int:
-    digest = hashlib.sha256(f"{seed}|{shard.path}|{shard.start}".encode()).digest()
+    """The seed of ``shard``'s draws: from its file's path below its glob's fixed folder (or
+    its name), not the whole path, so moving a corpus does not change its dataset."""
+    name = shard.name or shard.path.rpartition("/")[2]
+    digest = hashlib.sha256(f"{seed}|{name}|{shard.start}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
 
 

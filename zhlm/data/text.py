@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import gzip
 import json
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -150,6 +151,10 @@ class Shard:
     path: str
     start: int = 0
     end: int = -1  # -1: to the end of the file
+    # The file's path below its glob's fixed folder ("" here: the file's name). It seeds the
+    # shard's draws (zhlm.data.pipeline.shard_seed) instead of the whole path, so the same
+    # corpus gives the same dataset wherever it lies (a laptop folder, a copy in a bucket).
+    name: str = ""
 
 
 def expand_inputs(patterns, report: Report, shard_bytes: int) -> list[Shard]:
@@ -163,16 +168,26 @@ def expand_inputs(patterns, report: Report, shard_bytes: int) -> list[Shard]:
             report.where = glob_
             report.reason("empty_glob", message=f"{glob_!r} matched no files")
             continue
+        root = _fixed_folder(glob_)
         for path in files:
             size = paths.size(path)
+            name = path[len(root) :].lstrip("/") if path.startswith(root) else ""
             if path.endswith(".gz") or size <= shard_bytes:
-                shards.append(Shard(source or "train", path))
+                shards.append(Shard(source or "train", path, name=name))
             else:
                 for start in range(0, size, shard_bytes):
-                    shards.append(Shard(source or "train", path, start, start + shard_bytes))
+                    end = start + shard_bytes
+                    shards.append(Shard(source or "train", path, start, end, name=name))
     if not shards:
         raise UserError(f"no input files: {list(patterns)} matched nothing")
     return shards
+
+
+def _fixed_folder(pattern: str) -> str:
+    """The folder of ``pattern`` above its first wildcard (``/data/news/*/part-*.txt``:
+    ``/data/news``; a plain path: its folder)."""
+    pattern = pattern if paths.is_remote(pattern) else os.path.expanduser(pattern)
+    return re.split(r"[*?[]", pattern, maxsplit=1)[0].rpartition("/")[0]
 
 
 def _decode(raw: bytes, report: Report, where: str) -> str:
