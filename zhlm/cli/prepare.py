@@ -10,10 +10,11 @@ runner's options given as `tfds build` takes them: comma-separated key=value ite
       --beam_pipeline_options="runner=DataflowRunner,project=P,region=R,"\
 "temp_location=gs://B/tmp,setup_file=./setup.py"
 
-Dataflow also needs pip install 'apache-beam[gcp]' 'zhlm[gcs]' here. Its workers get zhlm from
-setup_file=./setup.py (run from the zhlm checkout: Beam builds zhlm's source package and
-installs it on each worker) or from requirements_file=FILE, a file naming zhlm[beam,gcs].
---beam_runner=NAME is the short form of runner=NAME.
+Dataflow also needs pip install -e '.[beam,gcs]' 'apache-beam[gcp]' here. Its workers get zhlm
+from setup_file=./setup.py (run from the zhlm checkout: Beam builds zhlm's source package and
+installs it on each worker; add requirements_file=FILE naming gcsfs for the gs:// paths) or
+from requirements_file=FILE naming zhlm[beam,gcs]. README.md has the complete commands, for
+Flink and Spark too. --beam_runner=NAME is the short form of runner=NAME.
 
 Kept thin on purpose: flags in, :func:`zhlm.data.builder.prepare` does the work (and refuses a
 runner's missing options before it reads the corpus), the report out. Several ``--input`` flags
@@ -24,6 +25,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from zhlm.cli import failures, usage
+from zhlm.data import beam_options
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Recipe config file.", lock_config=True)
 _INPUT = flags.DEFINE_multi_string("input", None, "Input glob, or name=GLOB for a named source.")
@@ -47,6 +49,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     with failures.one_line("zhlm-prepare"):
+        # Checked again by builder.prepare; here a refusal comes before TFDS is even imported.
+        beam_options.pipeline_options(
+            _BEAM.value, _BEAM_OPTIONS.value, _INPUT.value, _DATA_DIR.value
+        )
         from zhlm.data import builder
 
         b, report = builder.prepare(
