@@ -65,7 +65,8 @@ setuptools.setup(
         "datasets": ["datasets"],
         # zhlm-compile (plan a TPU slice on any machine) and training on Cloud TPU VMs.
         "tpu": ["jax[tpu]>=0.5"],
-        # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare --beam_runner).
+        # Preparing a terabyte corpus on Dataflow, Spark or Flink (zhlm-prepare
+        # --beam_pipeline_options); Dataflow also needs apache-beam[gcp] (README has the commands).
         "beam": ["apache-beam"],
         # gs:// workdirs and checkpoints (zhlm.paths; launch_tpu.sh installs it on the workers);
         # 2024.12 creates an object only if absent, as the workdir lock needs.

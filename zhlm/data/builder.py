@@ -3,7 +3,8 @@
 Why TFDS: ``tfds.data_source`` gives the loader random access to ArrayRecord shards without
 TensorFlow, the dataset carries its features, split sizes and metadata (the data config and
 the prepare report), and the same builder runs as an Apache Beam pipeline for corpora that do
-not fit one machine (``beam_runner``; ``apache-beam`` is an optional extra).
+not fit one machine (``beam_runner``, ``beam_pipeline_options``: :mod:`zhlm.data.beam_options`;
+``apache-beam`` is an optional extra).
 
 The dataset is ``zhlm_pretrain/<recipe>_<format>_<max_seq_length>``; each input source
 (``--input name=GLOB``; unnamed: ``train``) becomes a split of that name, so the loader can mix
@@ -27,7 +28,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from zhlm.data import pipeline, text
+from zhlm.data import beam_options, pipeline, text
 from zhlm.errors import UserError
 
 _BEAM_REPORT = "beam-report-"
@@ -170,10 +171,22 @@ class ZhlmPretrain(tfds.core.GeneratorBasedBuilder):
 
 
 def prepare(
-    data_config, recipe, inputs, data_dir, num_processes=1, beam_runner=None, progress=True
+    data_config,
+    recipe,
+    inputs,
+    data_dir,
+    num_processes=1,
+    beam_runner=None,
+    progress=True,
+    beam_pipeline_options=None,
 ):
     """Build the dataset; returns ``(builder, report)``. ``beam_runner`` (e.g. ``"DirectRunner"``)
-    runs it as a Beam pipeline instead of local processes."""
+    or ``beam_pipeline_options`` (TFDS's ``"runner=...,key=value,..."``, see
+    :mod:`zhlm.data.beam_options`, checked before any input is read) run it as a Beam pipeline
+    instead of local processes."""
+    runner, options = beam_options.pipeline_options(
+        beam_runner, beam_pipeline_options, inputs, data_dir
+    )
     builder = ZhlmPretrain(
         data_config=data_config,
         recipe=recipe,
@@ -183,7 +196,9 @@ def prepare(
         data_dir=data_dir,
         file_format="array_record",
     )
-    download_config = tfds.download.DownloadConfig(beam_runner=beam_runner, try_download_gcs=False)
+    download_config = tfds.download.DownloadConfig(
+        beam_runner=runner, beam_options=options, try_download_gcs=False
+    )
     try:
         builder.download_and_prepare(download_config=download_config)
     except AssertionError as e:  # TFDS's words for a split without a single example
