@@ -4,6 +4,7 @@ the closest; every declared key has a comment to show."""
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 
@@ -66,15 +67,23 @@ def test_every_declared_key_has_a_comment(finetune):
 @pytest.mark.slow
 def test_configs_by_name_from_any_directory_after_a_non_editable_install(tmp_path):
     """``pip install .`` (not ``-e``; the build backend comes from the package index) of a copy
-    of the project into a fresh virtual environment that sees the installed dependencies: from
+    of the project into a fresh virtual environment that sees the tests' dependencies: from
     another directory, ``bert:tiny`` and
     ``finetune/ocnli`` load and the commands take ``--config=NAME``."""
     source = tmp_path / "src"
     skip = shutil.ignore_patterns(".git", "tests", "tools", "*.egg-info", "build", "__pycache__")
     shutil.copytree(ROOT, source, ignore=skip)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    # The dependencies are those of the environment running the tests (a virtual one too): its
+    # site-packages follow the new environment's own, whose zhlm comes first.
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    with open(os.path.join(purelib, "tests-dependencies.pth"), "w", encoding="utf-8") as f:
+        f.write("\n".join(site.getsitepackages()) + "\n")
     install = subprocess.run(
         [python, "-m", "pip", "install", "-q", "--no-deps", str(source)],
         capture_output=True, text=True,
