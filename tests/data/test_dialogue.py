@@ -213,9 +213,10 @@ def test_dlm_real_fake_accuracy_rises_above_60_percent_on_held_out_dialogues(tmp
     drawn as a fake); then the trained model exported to Hugging Face judges the held-out
     windows as zhlm does, the roles read as token types and real/fake as NSP.
 
-    Measured: this test at 1,200 steps, 72.7% and 68.6% (two runs side by side on 2 cores,
-    13 minutes each). Each run draws other instances (the shard seeds hash the files' folder,
-    a fresh tmp_path), and at 800 steps five runs gave 59.4 to 64.1%: too near 60% to test.
+    Measured: this test at 1,200 steps, 72.7% and 68.6% while the shard seeds hashed the files'
+    folder (a fresh tmp_path: other instances each run; at 800 steps five runs gave 59.4 to
+    64.1%). They hash the file names now, so every run draws the same instances: 73.3% at
+    1,200 steps; an 800-step schedule 59.2% at step 700 and 60.2% at 800, too near 60% to test.
     With these files and a 1,000-step schedule evaluated every 100 steps, held-out-dialogue
     accuracy 57.8, 62.5, 64.8 and 66.2% at steps 400 to 700 (68.6% at 800), level with held-out
     windows of the trained dialogues (55.3 to 70.1%), so it generalises rather than remembers.
