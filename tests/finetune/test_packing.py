@@ -128,3 +128,69 @@ def test_best_fit_takes_the_fullest_row_that_fits_and_closes_the_oldest():
     assert best_fit([6, 5, 4, 3, 2], 10, 4, None) == [[0, 2], [1, 3, 4]]  # 4 fills 6, not 5
     assert best_fit([9, 9, 1, 1], 10, 4, 1) == [[0], [1, 2], [3]]  # row 0 closed by row 1
     assert best_fit([1, 1, 1], 10, 2, None) == [[0, 1], [2]]  # at most ``slots`` items
+
+
+def test_every_epoch_packs_every_example_once_into_steps_of_one_shape():
+    rs = np.random.RandomState(0)
+    lengths = np.minimum(rs.geometric(1 / 18, 300) + 10, 100)
+    arrays = dict(
+        input_ids=(np.arange(128) < lengths[:, None]).astype(np.int32) * 7,
+        token_type_ids=np.zeros((300, 128), np.int32),
+        attention_mask=(np.arange(128) < lengths[:, None]).astype(np.int32),
+        label=np.arange(300, dtype=np.int32),
+    )
+    epochs = packing.Epochs(arrays, 32, "instance", seeds=[0, 1], epochs=3, multiple=2)
+    assert epochs.rows_per_step % 2 == 0 and epochs.programs == 1
+    rng = np.random.RandomState(1)
+    orders = set()
+    for _ in range(3):
+        plan = epochs.plan(32, rng)
+        assert len(plan) == epochs.num_batches(32)
+        batches = [epochs.batch(arrays, entry, 32) for entry in plan]
+        assert {b["input_ids"].shape for b in batches} == {(epochs.rows_per_step, 128)}
+        labels = np.concatenate([b["label"][b["weight"] > 0] for b in batches])
+        np.testing.assert_array_equal(np.sort(labels), np.arange(300))  # each example once
+        per_step = [b["weight"].sum() for b in batches]
+        assert 20 <= np.mean(per_step) <= 44  # about batch_size examples a step
+        orders.add(tuple(labels))
+    assert len(orders) == 3  # a new order every epoch
+
+
+@pytest.mark.slow
+def test_a_packed_run_compiles_one_program_and_repeats(tmp_path, tokenizer):
+    from helpers import SAMPLES
+
+    from zhlm import workdir_lock
+    from zhlm.finetune import train as train_lib
+    from zhlm.finetune.progress import Progress
+    from zhlm.train import metrics as metrics_lib
+
+    fmt, write, _ = SAMPLES["pair"]
+    path = str(write(tmp_path))
+    config = defaults.get_finetune_config("tiny")
+    config.task.update(kind="pair", format=fmt, train_file=path, dev_file=path, max_seq_length=64)
+    config.train.update(batch_size=8, epochs=2, log_every=0)
+    kind = kinds.get("pair")
+    data = train_lib._Data(config, kind, tokenizer)
+    assert isinstance(data.train_batches, packing.Epochs)
+    steps = config.train.epochs * data.train_batches.num_batches(8)
+    trainer = train_lib.task_trainer(config, kind, steps)
+    writer = metrics_lib.Writer(str(tmp_path))
+    try:
+        runs = [
+            train_lib._run(
+                0,
+                config,
+                kind,
+                data,
+                trainer,
+                None,
+                (writer, Progress(str(tmp_path / w), config, None), workdir_lock.Held(w, None)),
+            )
+            for w in ("first", "second")
+        ]
+    finally:
+        writer.close()
+    assert runs[0]["history"] == runs[1]["history"]
+    assert all(np.isfinite(r["train_loss"]) for r in runs[0]["history"])
+    assert trainer.step_fn._cache_size() == 1 and trainer.forward_fn._cache_size() == 1

@@ -126,6 +126,11 @@ class Buckets:
             plan = [plan[i] for i in rng.permutation(len(plan))]
         return plan
 
+    def batch(self, arrays: dict, entry, batch_size: int) -> dict:
+        """The batch of a :meth:`plan` entry (:func:`batch`)."""
+        length, rows = entry
+        return batch(arrays, rows, batch_size, length)
+
     def num_batches(self, batch_size: int) -> int:
         return sum(-(-len(rows) // batch_size) for rows in self.rows())
 

@@ -119,6 +119,67 @@ def forward_rows(batch_size: int, layout: Layout, multiple: int = 1) -> int:
     return -(-rows // multiple) * multiple
 
 
+class Epochs:
+    """Training's packed rows: each epoch's examples in a shuffled order (a function of the
+    seed's generator, as buckets shuffle), packed online over :data:`TRAIN_WINDOW` open rows,
+    then spread evenly over the epoch's steps, :attr:`rows_per_step` rows a step (the last of
+    them empty, weight 0, where the epoch's rows run out), so every step has one shape and
+    every epoch as many steps: the most any of the run's epochs needs, found by packing the
+    epochs of every seed up front (``seeds``, ``epochs``), a fraction of a second for 45k
+    examples. :func:`rows_per_step` sets the rows from the mean examples a row over those
+    epochs, so that a step holds about ``batch_size`` examples. The interface is
+    :class:`~zhlm.finetune.batching.Buckets`' (``plan``, ``batch``, ``num_batches``, ...), so
+    the loop runs either."""
+
+    def __init__(self, arrays, batch_size, readout, seeds, epochs, multiple=1):
+        self.lengths = batching.row_lengths(arrays)
+        self.max_seq_length = int(arrays["input_ids"].shape[-1])
+        self.readout = readout
+        rows = []
+        for seed in seeds:
+            rng = np.random.RandomState(seed)
+            rows += [self._layout(rng).num_rows for _ in range(epochs)]
+        examples = len(self.lengths) * len(rows)
+        self.rows_per_step = max(1, round(batch_size * sum(rows) / max(1, examples)))
+        self.rows_per_step = -(-self.rows_per_step // multiple) * multiple
+        self.steps = max(-(-n // self.rows_per_step) for n in rows)
+        self.mean_rows = sum(rows) / len(rows)
+
+    def _layout(self, rng) -> Layout:
+        order = rng.permutation(len(self.lengths))
+        return Layout.of(self.lengths, self.max_seq_length, order, TRAIN_WINDOW)
+
+    def plan(self, batch_size: int, rng: np.random.RandomState) -> list:
+        """``[(layout, rows)]``: the epoch's packing and each step's rows of it."""
+        layout = self._layout(rng)
+        bounds = np.linspace(0, layout.num_rows, self.steps + 1).round().astype(int)
+        return [(layout, range(a, b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def batch(self, arrays: dict, entry, batch_size: int) -> dict:
+        """The packed batch of a :meth:`plan` entry (``batch_size`` is the rows' business)."""
+        layout, rows = entry
+        return batch(arrays, layout, rows, self.rows_per_step, self.readout)
+
+    def num_batches(self, batch_size: int) -> int:
+        return self.steps
+
+    @property
+    def programs(self) -> int:
+        return 1
+
+    def computed_positions(self, batch_size: int) -> int:
+        """Token positions an epoch computes, empty rows included."""
+        return self.steps * self.rows_per_step * self.max_seq_length
+
+    def describe(self) -> str:
+        """``packed rows of 128 (8 examples a row at most, 4.4 on average), 7 a step``."""
+        return (
+            f"packed rows of {self.max_seq_length} ({max_examples(self.max_seq_length)} examples "
+            f"a row at most, {len(self.lengths) / self.mean_rows:.1f} on average), "
+            f"{self.rows_per_step} a step"
+        )
+
+
 def _power_of_two(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -197,3 +258,13 @@ def run(forward: Callable, arrays: dict, batch_size: int, readout: str, multiple
                 outputs[name] = np.full((n, width, *value.shape[2:]), pad, value.dtype)
             outputs[name][example[real], position[real]] = value[real]
     return outputs
+
+
+def forward_all(kind, task, forward: Callable, arrays: dict, batch_size: int, multiple: int = 1):
+    """Outputs of ``forward(batch)`` for every row of ``arrays``, in input order: packed
+    (:func:`run`) where :func:`packs`, else in length buckets (:func:`batching.run` over
+    ``task.length_buckets``); evaluation and prediction both come here. ``multiple``: the
+    data-parallel devices a packed batch's rows are split over."""
+    if packs(kind, task):
+        return run(forward, arrays, batch_size, kind.readout, multiple)
+    return batching.run(forward, arrays, batch_size, task.length_buckets)
