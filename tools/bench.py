@@ -10,7 +10,8 @@
   python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
                                  (tools/bench_finetune.py: zhlm against HF PyTorch fine-tuning)
   python tools/bench.py tokens [--recipes bert ernie] [--seq 128 512] [--corpus FILE]
-                                 (tools/bench_tokens.py: real-token share of pretraining records)
+                               [--tasks lcqmc msra_ner]  (tools/bench_tokens.py: real-token
+                                 share of pretraining records and of fine-tuning batches)
 
 Each subcommand is one function registered in ``COMMANDS``; add new ones the same way.
 

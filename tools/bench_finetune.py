@@ -3,7 +3,7 @@ one run, on the same examples from the same weights.
 
   python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
       [--max-train 2000] [--max-eval 600] [--epochs 2] [--batch 32] [--peak-lr 1e-3]
-      [--step-lengths 32 64 128]
+      [--pack on off] [--step-lengths 32 64 128]
 
 Both sides start from one random-init Hugging Face ``BertFor<Task>`` folder of ``--size`` (zhlm
 reads it as ``--init``), train on the examples zhlm's reader gives for the task's shared data (the
@@ -19,9 +19,11 @@ child process set up as ``zhlm-finetune``'s (``zhlm.cli.settle_process``: platfo
 the peer in this one as PyTorch's default. Epoch 1 includes zhlm's compilation, so the figures are
 those of the last epoch (its training and its evaluation pass): examples per second of training
 rows, the ratio zhlm / peer, the real-token share of each side's computed positions (zhlm's from
-its ``metrics.jsonl``: batches in length buckets; beside it the share if every batch were padded to
-``task.max_seq_length``), the dev metric after the same epochs (accuracy; NER: entity micro-F1 by
-zhlm's conlleval metric on both sides), and zhlm's length buckets with their training rows.
+its ``metrics.jsonl``: packed rows or length buckets; beside it the share if every batch were
+padded to ``task.max_seq_length``), the dev metric after the same epochs (accuracy; NER: entity
+micro-F1 by zhlm's conlleval metric on both sides), and how zhlm batched its training rows. zhlm
+runs once per ``--pack`` setting (``task.pack``: on, several examples a row; off, length
+buckets), each a row of the table against the same peer run.
 
 ``--step-lengths`` adds the train step alone at equal shapes: LCQMC's sentence-pair classifier of
 ``--size``, ``--batch`` rows of each length, every position real, median milliseconds of both
@@ -32,6 +34,7 @@ with no task prints only that table.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -64,6 +67,7 @@ def _config(task: str, args):
     )  # fmt: skip
     if args.peak_lr:
         config.optim.peak_lr = args.peak_lr
+    config.task.pack = args.pack[0] == "on"
     config.optim.bias_correction = True  # the peer's torch AdamW always corrects
     return config
 
@@ -112,8 +116,8 @@ class _EpochClock:
     def write(self, text):
         if "zhlm-finetune: seed" in text and " epoch " in text:
             self.marks.append(time.monotonic())
-        if text.startswith("zhlm-finetune: length buckets "):
-            self.buckets = text.split("length buckets ")[1].split(" in training")[0]
+        if text.startswith("zhlm-finetune: ") and " in training, " in text:
+            self.buckets = text.split("zhlm-finetune: ")[1].split(" in training")[0]
         return self.stream.write(text)
 
     def flush(self):
@@ -141,7 +145,8 @@ def _zhlm(config, init: str, workdir: str) -> dict:
 
 
 def _zhlm_child(task: str, args, init: str, workdir: str) -> dict:
-    """:func:`_zhlm` in a ``finetune-worker`` child process (see :func:`worker`)."""
+    """:func:`_zhlm` in a ``finetune-worker`` child process (see :func:`worker`), with
+    ``args.pack[0]``'s packing."""
     return bench_common.worker_result(
         ["finetune-worker", task, "--init", init, "--workdir", workdir, *_shared_flags(args)]
     )
@@ -152,6 +157,7 @@ def _shared_flags(args) -> list:
     return [
         "--size", args.size, "--max-train", args.max_train, "--max-eval", args.max_eval,
         "--epochs", args.epochs, "--batch", args.batch, "--peak-lr", args.peak_lr,
+        "--pack", args.pack[0],
     ]  # fmt: skip
 
 
@@ -336,7 +342,7 @@ def run(args):
     if args.tasks:
         print(
             "| task | size | train rows | zhlm ex/s | peer ex/s | ratio | zhlm real share | "
-            "at max length | peer real share | zhlm dev | peer dev | zhlm buckets (rows) |"
+            "at max length | peer real share | zhlm dev | peer dev | zhlm batches |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for task in args.tasks:
@@ -345,16 +351,21 @@ def run(args):
         train, dev = train[: args.max_train], dev[: args.max_eval]
         with tempfile.TemporaryDirectory() as tmp:
             init = _init_folder(task, config, os.path.join(tmp, "init"), len(config.task.labels))
-            ours = _zhlm_child(task, args, init, os.path.join(tmp, "zhlm"))
+            ours = []
+            for pack in args.pack:
+                one = argparse.Namespace(**{**vars(args), "pack": [pack]})
+                ours.append(_zhlm_child(task, one, init, os.path.join(tmp, f"zhlm-{pack}")))
             peer = _hf(task, config, init, train, dev)
-        ours_rate, peer_rate = len(train) / ours["last_epoch"], len(train) / peer["last_epoch"]
-        print(
-            f"| {task} | {args.size} | {len(train):,} | {ours_rate:.0f} | {peer_rate:.0f} | "
-            f"{ours_rate / peer_rate:.2f} | {ours['real_share']:.1%} | {peer['fixed_share']:.1%} | "
-            f"{peer['real_share']:.1%} | {ours['metric']:.1f} | {peer['metric']:.1f} | "
-            f"{ours['buckets']} |",
-            flush=True,
-        )
+        peer_rate = len(train) / peer["last_epoch"]
+        for run in ours:
+            rate = len(train) / run["last_epoch"]
+            print(
+                f"| {task} | {args.size} | {len(train):,} | {rate:.0f} | {peer_rate:.0f} | "
+                f"{rate / peer_rate:.2f} | {run['real_share']:.1%} | {peer['fixed_share']:.1%} | "
+                f"{peer['real_share']:.1%} | {run['metric']:.1f} | {peer['metric']:.1f} | "
+                f"{run['buckets']} |",
+                flush=True,
+            )
     if args.step_lengths:
         _step_table(args)
 
@@ -368,6 +379,8 @@ def add_parsers(sub):
     w.add_argument("--init", default="")
     w.add_argument("--workdir", default="")
     w.add_argument("--step-length", type=int, default=0)
+    p.add_argument("--pack", nargs="+", default=["on", "off"], choices=["on", "off"])
+    w.add_argument("--pack", nargs=1, default=["on"], choices=["on", "off"])
     for parser in (p, w):
         parser.add_argument("--size", default="tiny")
         parser.add_argument("--max-train", type=int, default=2000)

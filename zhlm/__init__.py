@@ -44,13 +44,14 @@ def to_hf(model, variables, config, path, vocab: str = ""):
     return convert.to_hf(model, variables, config, path, task, vocab)
 
 
-def pipeline(source: str, kind: str = ""):
+def pipeline(source: str, kind: str = "", pack: bool = True):
     """A :class:`zhlm.Predictor` of ``source``, a zhlm-finetune workdir, its ``best/`` or a
-    Hugging Face task folder (``kind`` picks among kinds of one class, e.g. ``pair``):
-    ``zhlm.pipeline(workdir)("一段文字")`` (see ``zhlm.finetune.predictor``)."""
+    Hugging Face task folder (``kind`` picks among kinds of one class, e.g. ``pair``; ``pack``
+    False: one input a row, not several): ``zhlm.pipeline(workdir)("一段文字")`` (see
+    ``zhlm.finetune.predictor``)."""
     from zhlm import jax_platform
 
     jax_platform.cpu_unless_an_accelerator_is_here()
     from zhlm.finetune import predictor
 
-    return predictor.pipeline(source, kind)
+    return predictor.pipeline(source, kind, pack)

@@ -231,6 +231,11 @@ def _task():
             # Lengths batches are cut to, max_seq_length always last (zhlm.finetune.batching):
             # (): powers of two from 32; (max_seq_length,): every batch at the full length.
             length_buckets=(),
+            # Several examples per row of max_seq_length, each with its own positions and
+            # attention (zhlm.finetune.packing): training, evaluation and prediction of the
+            # kinds with a packed read-out (classification, pair, regression, ner); the others,
+            # and False, use length_buckets.
+            pack=True,
             doc_stride=128,  # mrc, ner: tokens between the starts of consecutive windows
             max_query_length=64,  # mrc: question tokens kept
             num_choices=0,  # multiple_choice: options per question (0: a training question's most)

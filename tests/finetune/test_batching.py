@@ -83,7 +83,7 @@ def test_training_order_is_the_seeds_and_every_batch_comes_from_one_bucket():
 def test_real_token_fraction_counts_the_bucket_lengths_computed():
     arrays = _arrays([30, 30, 60, 100])
     data = types.SimpleNamespace(
-        train=arrays, train_buckets=batching.Buckets.of(arrays), num_train_examples=4
+        train=arrays, train_batches=batching.Buckets.of(arrays), num_train_examples=4
     )
     speed = train_lib._throughput(data, 2, 1.0)
     assert speed["real_token_fraction"] == pytest.approx(220 / (2 * (32 + 64 + 128)))
@@ -164,11 +164,12 @@ def test_a_seeded_run_repeats_and_compiles_once_per_bucket(tmp_path, tokenizer):
     path = str(write(tmp_path))
     config = defaults.get_finetune_config("tiny")
     config.task.update(kind="pair", format=fmt, train_file=path, dev_file=path, max_seq_length=64)
+    config.task.pack = False  # buckets (tests/finetune/test_packing.py: one program packed)
     config.train.update(batch_size=4, epochs=2, log_every=0)
     kind = kinds.get("pair")
     data = train_lib._Data(config, kind, tokenizer)
-    assert data.train_buckets.programs == 2  # rows of 32 and of 64 tokens
-    steps = config.train.epochs * data.train_buckets.num_batches(4)
+    assert data.train_batches.programs == 2  # rows of 32 and of 64 tokens
+    steps = config.train.epochs * data.train_batches.num_batches(4)
     trainer = train_lib.task_trainer(config, kind, steps)
     writer = metrics_lib.Writer(str(tmp_path))
     try:
@@ -192,5 +193,5 @@ def test_a_seeded_run_repeats_and_compiles_once_per_bucket(tmp_path, tokenizer):
     ):
         np.testing.assert_array_equal(a, b)
     # Two seeds' runs of two epochs each: one program per bucket with rows, no recompilation.
-    assert trainer.step_fn._cache_size() == data.train_buckets.programs
-    assert trainer.forward_fn._cache_size() == data.eval_buckets.programs
+    assert trainer.step_fn._cache_size() == data.train_batches.programs
+    assert trainer.forward_fn._cache_size() == data.eval_programs

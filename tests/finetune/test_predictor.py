@@ -9,6 +9,7 @@ and files go through the same code, not accuracy.
 
 import json
 
+import numpy as np
 import pytest
 
 import zhlm
@@ -163,3 +164,28 @@ def test_a_folder_that_is_no_task_model_is_refused(tmp_path):
     _, path = hf_folder(tmp_path, "BertForPreTraining")
     with pytest.raises(ValueError, match="no task model zhlm predicts with"):
         zhlm.pipeline(path)
+
+
+def _unseen_texts(n, seed):
+    """Sentences of 2 to 40 characters that no other test reads."""
+    rs = np.random.RandomState(seed)
+    chars = list("我们今天去北京大学看李明和王芳，上海的天气很好。公司发布了新产品")
+    return ["".join(rs.choice(chars, k)) for k in rs.randint(2, 41, n)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["classification", "ner"])
+def test_packed_and_unpacked_predictions_agree(workdirs, kind):
+    texts = _unseen_texts(40, seed=7)
+    results = {}
+    for pack in (True, False):
+        predictor = zhlm.pipeline(workdirs[kind], pack=pack)
+        predictor.task.max_seq_length = 64  # rows of 64: up to 4 texts share one packed
+        results[pack] = predictor(texts)
+    packed, unpacked = results[True], results[False]
+    if kind == "ner":
+        assert packed == unpacked
+        return
+    assert [r["label"] for r in packed] == [r["label"] for r in unpacked]
+    for ours, theirs in zip(packed, unpacked, strict=True):
+        assert ours["probabilities"] == pytest.approx(theirs["probabilities"], abs=1e-4)

@@ -278,6 +278,7 @@ def test_the_first_epoch_says_what_it_compiles(tmp_path, capsys):
     config.unlock()
     config.task.update(train_file=str(path), dev_file="", holdout=0.25, max_seq_length=24)
     config.task.length_buckets = (8, 24)
+    config.task.pack = False  # buckets: a program per length (packed rows compile one)
     config = _quick(config, epochs=1, seeds=1, batch_size=4)
     finetune(config, None, str(tmp_path / "run"))
     out, err = capsys.readouterr()

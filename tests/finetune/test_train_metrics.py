@@ -21,6 +21,7 @@ def test_each_epoch_records_its_speed_and_real_token_share(tmp_path):
     config = load_task("chnsenticorp")
     config.unlock()
     config.task.max_seq_length = 64
+    config.task.pack = False  # buckets (tests/finetune/test_packing.py: packed epochs)
     config.train.update(epochs=2, seeds=1, batch_size=16, log_every=0, max_train_examples=40,
                         max_eval_examples=16, save_best=False)  # fmt: skip
     finetune(config, None, str(tmp_path))

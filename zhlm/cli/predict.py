@@ -13,7 +13,9 @@ line; ``.tsv .csv .jsonl .json .parquet``), else the run's; its fields are the r
 ``--text_fields`` names them; no labels are needed. Each output line holds the input and its
 prediction, in input order; run again with the same ``--output``, a stopped run continues
 after its last complete record. An input that gives no record exits non-zero with what to
-pass. Kept thin: :func:`zhlm.finetune.predict.predict`.
+pass. Inputs are packed several a row where the model's kind allows (``--nopack``: one a
+row; the predictions are the same up to float rounding). Kept thin:
+:func:`zhlm.finetune.predict.predict`.
 """
 
 import re
@@ -33,6 +35,9 @@ _FORMAT = flags.DEFINE_string(
     "format", "", "Input format (default: the input's extension's, else the run's task.format)."
 )
 _TEXT_FIELDS = flags.DEFINE_list("text_fields", [], "Input text columns (names or positions).")
+_PACK = flags.DEFINE_bool(
+    "pack", True, "Several inputs per row, each kept apart (--nopack: one input a row)."
+)
 flags.mark_flags_as_required(["workdir", "input", "output"])
 
 
@@ -49,7 +54,14 @@ def main(argv):
     with failures.one_line("zhlm-predict", rerun, own_flags):
         from zhlm.finetune.predict import predict
 
-        n = predict(_WORKDIR.value, _INPUT.value, _OUTPUT.value, _FORMAT.value, _TEXT_FIELDS.value)
+        n = predict(
+            _WORKDIR.value,
+            _INPUT.value,
+            _OUTPUT.value,
+            _FORMAT.value,
+            _TEXT_FIELDS.value,
+            pack=_PACK.value,
+        )
     print(f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record")
 
 

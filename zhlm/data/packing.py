@@ -19,7 +19,8 @@ oldest of equals), else opens a row; when more than ``WINDOW`` rows are open, th
 closed. Best-fit keeps the roomy rows open for the longer instances that only they can take,
 and the wider window finds more of them (fewer rows than first-fit over 64 rows for nearly every
 recipe and corpus, ``python tools/bench.py tokens``), for a scan of the window per instance, a
-small cost beside building the instances. The result depends only on the instances and their
+small cost beside building the instances (:func:`best_fit`, which fine-tuning's packing,
+``zhlm.finetune.packing``, shares). The result depends only on the instances and their
 order. An instance is never split. A row holds at
 most ``max_instances(S)`` = S // 32 instances (at least 1): slots cost the sentence head one
 gathered vector each. The limit binds only where instances are very short (ALBERT's and
@@ -46,6 +47,8 @@ in order of appearance within the row; masking never joins tokens of two instanc
 units stop at [CLS] and [SEP] (``zhlm.masking.schemes``).
 """
 
+import bisect
+
 import numpy as np
 
 from zhlm.data.annotate import UNIT_FIELDS
@@ -59,33 +62,63 @@ def max_instances(max_seq_length: int) -> int:
     return max(1, max_seq_length // 32)
 
 
-class _Row:
-    def __init__(self):
-        self.members, self.used = [], 0
+def best_fit(lengths, capacity: int, slots: int, window: int | None = WINDOW) -> list[list[int]]:
+    """The bin-packing of pretraining and fine-tuning: which items (indices into ``lengths``,
+    each at most ``capacity``) go into which row, each row's items in the order they came.
+
+    Greedy best-fit in the order of ``lengths``: an item goes into the open row with the least
+    room that still holds it (the oldest of equals), else opens a row; a row closes when it is
+    full or holds ``slots`` items, and, with a ``window``, the oldest open row closes when more
+    than ``window`` are open (None: every row stays open, which over lengths sorted longest
+    first is best-fit-decreasing). Rows come in the order they closed, then the open ones in
+    the order they opened, so the result depends only on the lengths and their order. Open
+    rows are kept sorted by room, so an item costs a binary search, not a scan of the window.
+    """
+    members: list[list[int]] = []
+    used: list[int] = []
+    by_room: list[tuple[int, int]] = []  # (used, -row) of the open rows, increasing
+    open_rows: dict[int, None] = {}  # the open rows in the order they opened
+    done: list[int] = []
+
+    def close(row):
+        del by_room[bisect.bisect_left(by_room, (used[row], -row))]
+        del open_rows[row]
+        done.append(row)
+
+    for item, n in enumerate(lengths):
+        n = int(n)
+        if n > capacity:
+            raise ValueError(f"an item of {n} tokens in rows of {capacity}")
+        # The last open row with used <= capacity - n: the fullest that fits, oldest of equals.
+        at = bisect.bisect_right(by_room, (capacity - n, 0)) - 1
+        if at >= 0:
+            row = -by_room.pop(at)[1]
+        else:
+            row = len(members)
+            members.append([])
+            used.append(0)
+            open_rows[row] = None
+            if window is not None and len(open_rows) > window:
+                close(next(iter(open_rows)))
+        members[row].append(item)
+        used[row] += n
+        bisect.insort(by_room, (used[row], -row))
+        if len(members[row]) == slots or used[row] == capacity:
+            close(row)
+    done.extend(open_rows)
+    return [members[row] for row in done]
 
 
 def pack(rows: list[dict], max_seq_length: int, pad_id: int) -> list[dict]:
     """Packs unpacked instances (``zhlm.data.instances.Writer`` rows, in record order) into
     rows of ``max_seq_length`` tokens, ``input_ids`` padded with ``pad_id`` (see the module
     docstring)."""
+    lengths = [int(row["attention_mask"].sum()) for row in rows]
     k = max_instances(max_seq_length)
-    open_rows, done = [], []
-    for row in rows:
-        n = int(row["attention_mask"].sum())
-        fits = (r for r in open_rows if r.used + n <= max_seq_length)
-        target = max(fits, key=lambda r: r.used, default=None)  # least room; max keeps the first
-        if target is None:
-            target = _Row()
-            open_rows.append(target)
-            if len(open_rows) > WINDOW:
-                done.append(open_rows.pop(0))
-        target.members.append(row)
-        target.used += n
-        if len(target.members) == k or target.used == max_seq_length:
-            open_rows.remove(target)
-            done.append(target)
-    done.extend(open_rows)
-    return [_join(r.members, max_seq_length, k, pad_id) for r in done]
+    return [
+        _join([rows[i] for i in members], max_seq_length, k, pad_id)
+        for members in best_fit(lengths, max_seq_length, k)
+    ]
 
 
 def _join(members, length, k, pad_id):

@@ -52,9 +52,18 @@ FLOAT_PAD = -1e9  # per-token float outputs beyond a row's bucket
 INT_PAD = -1  # per-token integer outputs beyond a row's bucket
 
 
+PACKED_INPUTS = ("segment_ids", "instance_starts")  # what packed rows add (finetune.packing)
+
+
 def model_inputs(batch: dict) -> tuple:
     """The arrays a task model's ``__call__`` takes, in its order, from a batch."""
     return batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+
+
+def packed_inputs(batch: dict) -> dict:
+    """The keyword inputs of packed rows (:mod:`zhlm.finetune.packing`) a batch has: none for
+    unpacked rows, so a kind that never packs needs no such arguments."""
+    return {name: batch[name] for name in PACKED_INPUTS if name in batch}
 
 
 def bucket_lengths(length_buckets: Sequence[int], max_seq_length: int) -> tuple[int, ...]:
@@ -116,6 +125,11 @@ class Buckets:
         if rng is not None:
             plan = [plan[i] for i in rng.permutation(len(plan))]
         return plan
+
+    def batch(self, arrays: dict, entry, batch_size: int) -> dict:
+        """The batch of a :meth:`plan` entry (:func:`batch`)."""
+        length, rows = entry
+        return batch(arrays, rows, batch_size, length)
 
     def num_batches(self, batch_size: int) -> int:
         return sum(-(-len(rows) // batch_size) for rows in self.rows())

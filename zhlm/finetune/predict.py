@@ -67,13 +67,16 @@ EXTENSIONS = {
 }
 
 
-def predict(source: str, input_file: str, output: str, fmt: str = "", text_fields=()) -> int:
+def predict(
+    source: str, input_file: str, output: str, fmt: str = "", text_fields=(), pack: bool = True
+) -> int:
     """Writes predictions for ``input_file`` to ``output`` (JSON lines) with the model of
     ``source`` (a fine-tuning workdir, or its ``best/``), reading it as ``fmt`` (empty: see
-    :func:`input_format`); returns how many the output holds, one per input record. The output
-    is locked first, so a second run on it stops at once, before loading its model."""
+    :func:`input_format`); returns how many the output holds, one per input record. ``pack``
+    False computes one example a row (``TaskModel.load``). The output is locked first, so a
+    second run on it stops at once, before loading its model."""
     with workdir_lock.hold_output(output, "zhlm-predict"):
-        model = TaskModel.load(source, text_fields=text_fields)
+        model = TaskModel.load(source, text_fields=text_fields, pack=pack)
         model.task.format = input_format(model.kind, model.task, input_file, fmt)
         return _predict_file(model, input_file, output)
 

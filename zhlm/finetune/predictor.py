@@ -31,10 +31,12 @@ CHUNK = 1024  # examples featurized at a time, so that a long list needs no more
 class Predictor:
     """A fine-tuned model of ``source`` (a zhlm-finetune workdir, its ``best/`` or a Hugging
     Face task folder such as ``BertForSequenceClassification``'s: ``TaskModel.load``), loaded once;
-    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring)."""
+    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring);
+    ``pack=False`` computes one example a row (length buckets) instead of several
+    (:mod:`zhlm.finetune.packing`), for the same results up to float rounding."""
 
-    def __init__(self, source: str, kind: str = ""):
-        self.model = TaskModel.load(source, kind=kind)
+    def __init__(self, source: str, kind: str = "", pack: bool = True):
+        self.model = TaskModel.load(source, kind=kind, pack=pack)
 
     @property
     def task(self):
@@ -82,7 +84,8 @@ class Predictor:
         return f"kind {self.task.kind} predicts {one} or a dict {{{fields}}}, or a list of them"
 
 
-def pipeline(source: str, kind: str = "") -> Predictor:
+def pipeline(source: str, kind: str = "", pack: bool = True) -> Predictor:
     """:class:`Predictor` of ``source``, in the spirit of ``transformers.pipeline``; ``kind``
-    picks the task kind of a Hugging Face folder whose class several share (``pair``)."""
-    return Predictor(source, kind)
+    picks the task kind of a Hugging Face folder whose class several share (``pair``);
+    ``pack`` as :class:`Predictor`'s."""
+    return Predictor(source, kind, pack)

@@ -16,6 +16,10 @@ has the example's ``id``, its inputs (``text``; ``text_a`` and ``text_b``; ``que
   ``probabilities`` (one per option);
 * regression: ``score``.
 
+The examples are packed several a row where the kind reads packed rows out
+(:mod:`zhlm.finetune.packing`; ``pack=False`` or ``task.pack`` False: length buckets); the
+records are the same either way, up to float rounding.
+
 The model, its label set, tokenizer (the ``vocab.txt`` saved in ``best/``) and featurization
 options come from the fine-tuning run; ``task.format`` is the run's unless the caller names
 another, since inputs to predict may come in any readable format.
@@ -29,7 +33,7 @@ import jax
 
 from zhlm import defaults, paths, run_files
 from zhlm.errors import NotFound, UserError
-from zhlm.finetune import batching, kinds, saved, task_files
+from zhlm.finetune import batching, kinds, packing, saved, task_files
 from zhlm.finetune.readers.base import input_fields
 from zhlm.models import model_config
 from zhlm.train import checkpoint
@@ -41,7 +45,11 @@ class TaskModel:
 
     def __init__(self, kind, model, params, config, tokenizer):
         self.kind, self.config, self.tokenizer = kind, config, tokenizer
-        forward = jax.jit(lambda p, b: model.apply({"params": p}, *batching.model_inputs(b)))
+        forward = jax.jit(
+            lambda p, b: model.apply(
+                {"params": p}, *batching.model_inputs(b), **batching.packed_inputs(b)
+            )
+        )
         self._forward = lambda batch: forward(params, batch)
 
     @property
@@ -50,10 +58,13 @@ class TaskModel:
         return self.config.task
 
     @classmethod
-    def load(cls, source: str, fmt: str = "", text_fields=(), kind: str = "") -> TaskModel:
+    def load(
+        cls, source: str, fmt: str = "", text_fields=(), kind: str = "", pack: bool = True
+    ) -> TaskModel:
         """The model of ``source``, a fine-tuning workdir, its ``best/`` or a Hugging Face
         task folder (:func:`from_hf`; ``kind`` picks among kinds of one class); ``fmt`` and
-        ``text_fields`` say how inputs are read when not as the run's data was."""
+        ``text_fields`` say how inputs are read when not as the run's data was; ``pack``
+        False predicts in length buckets, one example a row (``task.pack``)."""
         best = run_files.finetuned_params(source)
         if best:
             model, params, config = saved.load_finetuned(best)
@@ -68,6 +79,7 @@ class TaskModel:
         task = config.task
         task.unlock()  # unlike a user's config, the saved one may take the input's format
         task.format = fmt or task.format
+        task.pack = bool(pack)
         if text_fields:
             task.text_fields = tuple(text_fields)
         vocab = run_files.path(best, VOCAB) if best else None  # the run's, beside its params
@@ -120,11 +132,12 @@ def _hf_config(source: str) -> dict | None:
 def _records(kind, task, examples, tokenizer, forward, config) -> list[dict]:
     """The task kind's records (``zhlm.finetune.kinds``) of ``examples``, in their order."""
     features = kind.featurize(examples, tokenizer, task, training=False)
-    outputs = batching.run(
+    outputs = packing.forward_all(
+        kind,
+        task,
         lambda batch: kind.device_outputs(forward(batch), batch),
         features.arrays,
         config.train.batch_size,
-        task.length_buckets,
     )
     records = kind.records(examples, kind.decode(features, outputs, examples, task), task)
     if len(records) != len(examples):  # the file front end relies on one line per input

@@ -6,13 +6,19 @@ The recipe of the BERT, Chinese-BERT-wwm and MacBERT papers: AdamW, linear warmu
 reported as max and mean (fine-tuning on small sets varies more between seeds than between
 many of the models compared).
 
-Shapes are static and few: every batch has ``train.batch_size`` rows of one length bucket
-(:mod:`zhlm.finetune.batching`: the rows' real lengths pick one of a few lengths known up
-front), the last batch of each bucket padded with rows of weight 0 that count in neither the
-loss nor the metrics, so each jitted function compiles once per bucket with rows, all in the
-first epoch. The training order (rows shuffled within their buckets, then the batches) is a
-function of the seed. The train step is one jitted pure function that donates the state and
-draws dropout from ``fold_in(key, step)``; the seeds share the compiled functions.
+Shapes are static and few. Packed (``task.pack``, the default, for the kinds that read packed
+rows out: :mod:`zhlm.finetune.packing`), each epoch's shuffled examples are packed several a
+row and every step has the same number of rows, holding about ``train.batch_size`` examples:
+one train-step program and one forward program per run. The loss is a sum over the step's
+real examples (NER: labelled tokens) divided by their count, and the learning-rate schedule
+counts steps, as many in every epoch. Otherwise (``task.pack`` False, MRC, multiple choice)
+every batch has ``train.batch_size`` rows of one length bucket (:mod:`zhlm.finetune.batching`:
+the rows' real lengths pick one of a few lengths known up front), the last batch of each bucket
+padded with rows of weight 0 that count in neither the loss nor the metrics, so each jitted
+function compiles once per bucket with rows, all in the first epoch. The training order (the
+examples' shuffle, and for buckets the batches') is a function of the seed. The train step is
+one jitted pure function that donates the state and draws dropout from ``fold_in(key, step)``;
+the seeds share the compiled functions.
 
 Files in ``workdir`` (named in ``zhlm.run_files``): ``results.json`` (also returned),
 ``config.json``, ``metrics.jsonl`` (one split per seed over its steps, as pretraining's: the loss
@@ -46,7 +52,7 @@ from tqdm import tqdm
 
 from zhlm import paths, run_files, workdir_lock
 from zhlm.errors import UserError
-from zhlm.finetune import batching, diagnose, kinds, saved, task_files
+from zhlm.finetune import batching, diagnose, kinds, packing, saved, task_files
 from zhlm.finetune import progress as progress_lib
 from zhlm.models import dropout_rngs, model_config
 from zhlm.train import checkpoint, curves, resume, sharding, step, sums
@@ -92,7 +98,7 @@ def _finetune(config, init: str | None, workdir: str, held: workdir_lock.Held) -
     # files' content; refused here, before anything compiles.
     progress = progress_lib.Progress(workdir, config, init)
     train = config.train
-    steps_per_epoch = data.train_buckets.num_batches(train.batch_size)
+    steps_per_epoch = data.train_batches.num_batches(train.batch_size)
     num_steps = train.epochs * steps_per_epoch
     if config.optim.warmup_steps >= num_steps:
         raise UserError(
@@ -108,9 +114,9 @@ def _finetune(config, init: str | None, workdir: str, held: workdir_lock.Held) -
         flush=True,
     )
     print(
-        f"zhlm-finetune: length buckets {data.train_buckets.describe()} in training, "
-        f"{data.eval_buckets.describe()} in evaluation: {data.train_buckets.programs} "
-        f"train-step and {data.eval_buckets.programs} forward programs",
+        f"zhlm-finetune: {data.train_description} in training, {data.eval_description} in "
+        f"evaluation: {data.train_batches.programs} train-step and {data.eval_programs} "
+        "forward programs",
         flush=True,
     )
     loaded_params = None if loaded is None else _init_params(loaded, kind, config.task)
@@ -210,12 +216,36 @@ class _Data:
         self.train = kind.featurize(train, tokenizer, task, training=True).arrays
         self.eval = kind.featurize(self.examples, tokenizer, task, training=False)
         self.num_train = len(self.train["input_ids"])
-        self.train_buckets = batching.Buckets.of(self.train, task.length_buckets)
-        self.eval_buckets = batching.Buckets.of(self.eval.arrays, task.length_buckets)
+        # How rows are batched: packed (zhlm.finetune.packing) or in length buckets.
+        if packing.packs(kind, task):
+            seeds = [limits.seed + i for i in range(limits.seeds)]
+            multiple = limits.micro_batches * _data_parallel(config)
+            self.train_batches = packing.Epochs(
+                self.train, limits.batch_size, kind.readout, seeds, limits.epochs, multiple
+            )
+            self.train_description = self.train_batches.describe()
+            lengths = batching.row_lengths(self.eval.arrays)
+            layout = packing.Layout.of(lengths, task.max_seq_length)
+            self.eval_description = (
+                f"{layout.num_rows} packed rows ({layout.real_token_fraction():.0%} real tokens)"
+            )
+            self.eval_programs = 1
+        else:
+            self.train_batches = batching.Buckets.of(self.train, task.length_buckets)
+            self.train_description = f"length buckets {self.train_batches.describe()}"
+            eval_buckets = batching.Buckets.of(self.eval.arrays, task.length_buckets)
+            self.eval_description = f"length buckets {eval_buckets.describe()}"
+            self.eval_programs = eval_buckets.programs
         # What this process has compiled (the seeds share the programs): the train step's
         # lengths so far, and whether the forward programs have run.
         self.compiled: set[int] = set()
         self.evaluated = False
+
+
+def _data_parallel(config) -> int:
+    """The devices a batch's rows are split over on this machine's mesh (data x fsdp)."""
+    names, sizes = sharding.mesh_shape(config, jax.device_count())
+    return sizes[names.index("data")] * sizes[names.index("fsdp")]
 
 
 def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
@@ -233,7 +263,11 @@ def task_trainer(config, kind, num_steps: int, mesh=None) -> step.Trainer:
     def apply(params, batch, deterministic, rng=None):
         rngs = None if rng is None else dropout_rngs(rng, model.config)
         return model.apply(
-            {"params": params}, *batching.model_inputs(batch), deterministic, rngs=rngs
+            {"params": params},
+            *batching.model_inputs(batch),
+            deterministic,
+            rngs=rngs,
+            **batching.packed_inputs(batch),
         )
 
     def loss(params, batch, rng, deterministic=False):
@@ -336,15 +370,15 @@ def _run(seed, config, kind, data, trainer, loaded_params, out) -> dict:
     if done:
         state, history, best = progress.restore(state)
         for _ in range(done):  # the finished epochs' orders, so the next epoch's is the same
-            data.train_buckets.plan(train.batch_size, order_rng)
+            data.train_batches.plan(train.batch_size, order_rng)
         print(f"zhlm-finetune: seed {seed} continues after epoch {done}", flush=True)
     for epoch in range(done + 1, train.epochs + 1):
         epoch_sums, window, began = None, None, time.monotonic()
-        plan = data.train_buckets.plan(train.batch_size, order_rng)
+        plan = data.train_batches.plan(train.batch_size, order_rng)
         first_step = (epoch - 1) * len(plan)  # the steps of each epoch are as many
         desc = f"seed {seed} epoch {epoch}/{train.epochs}"
         batches = tqdm(
-            (batching.batch(data.train, rows, train.batch_size, n) for n, rows in plan),
+            (data.train_batches.batch(data.train, entry, train.batch_size) for entry in plan),
             total=len(plan),
             desc=desc,
             unit="step",
@@ -373,7 +407,7 @@ def _run(seed, config, kind, data, trainer, loaded_params, out) -> dict:
             if not data.evaluated:
                 data.evaluated = True
                 print(
-                    f"zhlm-finetune: compiling {data.eval_buckets.programs} forward program(s) "
+                    f"zhlm-finetune: compiling {data.eval_programs} forward program(s) "
                     "for the first evaluation",
                     flush=True,
                 )
@@ -411,7 +445,7 @@ def _compiling(bar, desc: str, data, batch) -> bool:
     data.compiled.add(length)
     bar.set_description(
         f"{desc}, compiling the train step for length {length} "
-        f"({len(data.compiled)} of {data.train_buckets.programs} programs)"
+        f"({len(data.compiled)} of {data.train_batches.programs} programs)"
     )
     return True
 
@@ -421,7 +455,7 @@ def _throughput(data, batch_size: int, seconds: float) -> dict:
     examples and real tokens per second, and the share of the computed positions (each batch
     at its bucket's length, filled batches included) that are real tokens."""
     real = int(np.sum(data.train["attention_mask"]))
-    computed = data.train_buckets.computed_positions(batch_size)
+    computed = data.train_batches.computed_positions(batch_size)
     return dict(
         examples_per_second=data.num_train_examples / seconds,
         tokens_per_second=real / seconds,
@@ -441,8 +475,10 @@ def _train_line(window) -> dict:
 def _evaluate(params, config, kind, data, trainer) -> tuple[dict, object]:
     """Dev metrics (percent) and the kind's predictions."""
     forward = functools.partial(trainer.forward, params)
-    batch_size, buckets = config.train.batch_size, config.task.length_buckets
-    outputs = batching.run(forward, data.eval.arrays, batch_size, buckets)
+    multiple = sharding.data_parallel(trainer.mesh)
+    outputs = packing.forward_all(
+        kind, config.task, forward, data.eval.arrays, config.train.batch_size, multiple
+    )
     predictions = kind.decode(data.eval, outputs, data.examples, config.task)
     return kind.score(data.eval, data.examples, predictions), predictions
 

@@ -47,9 +47,14 @@ def rules(config):
     return tuple((name, axes) for name, axes in config.train.logical_rules)
 
 
+def data_parallel(mesh) -> int:
+    """The devices a batch's rows are split over (data x fsdp)."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
 def check_divisibility(config, mesh, model_config):
     """Batch over the data axes and model dims over the tensor axis, before any compile."""
-    data = mesh.shape["data"] * mesh.shape["fsdp"]
+    data = data_parallel(mesh)
     batch = config.train.batch_size // config.train.micro_batches
     if config.train.batch_size % config.train.micro_batches:
         raise UserError(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +94,9 @@ class Export:
 
 @dataclasses.dataclass(frozen=True)
 class TaskKind(abc.ABC):
+    # How packed rows are read out (zhlm.finetune.packing): "instance" (one output per example,
+    # at its [CLS]), "token" (every token) or None (the kind does not pack).
+    readout: ClassVar[str | None] = None
     name: str  # config.task.kind
     metric: str  # the primary dev metric, higher is better (results.json "metric")
     reader: Reader
@@ -140,7 +144,9 @@ class TaskKind(abc.ABC):
 
     @abc.abstractmethod
     def loss(self, outputs: dict, batch: dict):
-        """Per row: ``(loss sum, number of targets)``; the step weighs rows and divides once."""
+        """Per row: ``(loss sum, number of targets)``; the step weighs rows and divides once.
+        Packed with an ``instance`` read-out, per slot ([B,K]: the outputs and per-example
+        fields are [B,K,...]); ``batch["weight"]`` has the same shape."""
 
     def device_outputs(self, outputs: dict, batch: dict) -> dict:
         """What leaves the device after a forward pass."""

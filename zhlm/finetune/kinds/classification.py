@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import decimal
 from collections.abc import Sequence
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -41,7 +42,10 @@ from zhlm.models.layers import dense
 
 
 class SequenceClassifier(Model):
-    """``{"logits": [B, num_labels]}`` from the pooled [CLS] state (sentence or pair tasks)."""
+    """``{"logits": [B, num_labels]}`` from the pooled [CLS] state (sentence or pair tasks).
+
+    Packed rows (:mod:`zhlm.finetune.packing`) give ``segment_ids`` [B,S] and
+    ``instance_starts`` [B,K]: each example is pooled at its own [CLS], ``logits`` [B,K,C]."""
 
     num_labels: int = 2
 
@@ -50,9 +54,17 @@ class SequenceClassifier(Model):
         self.dropout = nn.Dropout(self.config.dropout_rate)
         self.classifier = dense(self.config, self.num_labels, ("embed", "norm"), None)
 
-    def __call__(self, input_ids, token_type_ids, attention_mask, deterministic=True):
-        x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
-        pooled = self.dropout(self.pooler(x), deterministic)
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids,
+        attention_mask,
+        deterministic=True,
+        segment_ids=None,
+        instance_starts=None,
+    ):
+        x = self.encode(input_ids, token_type_ids, attention_mask, deterministic, segment_ids)
+        pooled = self.dropout(self.pooler(x, instance_starts), deterministic)
         return {"logits": self.classifier(pooled).astype(jnp.float32)}
 
 
@@ -63,6 +75,7 @@ class LabelledFeatures(Features):
 
 @dataclasses.dataclass(frozen=True)
 class Classification(TaskKind):
+    readout: ClassVar[str] = "instance"  # packed: each example at its own [CLS]
     metric: str = "accuracy"
     reader: Reader = TableReader(texts=1)
     export: Export = Export("ForSequenceClassification", layout.CLASSIFIER, "labels")

@@ -90,7 +90,7 @@ class Regression(Classification):
         return SequenceClassifier(cfg, 1)
 
     def loss(self, outputs, batch):
-        error = outputs["logits"][:, 0] - batch["label"]
+        error = outputs["logits"][..., 0] - batch["label"]  # [B] or, packed, [B,K]
         return jnp.square(error), jnp.ones_like(error)
 
     def decode(self, features, outputs, examples, task):

@@ -14,6 +14,7 @@ cross-entropy at the labelled tokens (first pieces of words) averaged over them.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
@@ -32,15 +33,26 @@ from zhlm.run_files import NER_PREDICTIONS
 class TokenClassifier(SequenceClassifier):
     """``{"logits": [B, S, num_labels]}``: a tag per token (NER), as
     ``BertForTokenClassification`` (dropout on the sequence output, then a Dense); the
-    sentence classifier's modules, applied to every token instead of the pooled [CLS]."""
+    sentence classifier's modules, applied to every token instead of the pooled [CLS].
+    Packed rows give ``segment_ids``; ``instance_starts`` is taken and not needed (every token
+    is read out)."""
 
-    def __call__(self, input_ids, token_type_ids, attention_mask, deterministic=True):
-        x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids,
+        attention_mask,
+        deterministic=True,
+        segment_ids=None,
+        instance_starts=None,
+    ):
+        x = self.encode(input_ids, token_type_ids, attention_mask, deterministic, segment_ids)
         return {"logits": self.classifier(self.dropout(x, deterministic)).astype(jnp.float32)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Ner(TaskKind):
+    readout: ClassVar[str] = "token"  # packed: every token, its label with it
     name: str = "ner"
     metric: str = "f1"
     reader: Reader = ner_reader.NerReader()
