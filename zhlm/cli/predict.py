@@ -13,10 +13,15 @@ line; ``.tsv .csv .jsonl .json .parquet``), else the run's; its fields are the r
 ``--text_fields`` names them; no labels are needed. Each output line holds the input and its
 prediction, in input order; run again with the same ``--output``, a stopped run continues
 after its last complete record. An input that gives no record exits non-zero with what to
-pass. Kept thin: :func:`zhlm.finetune.predict.predict`.
+pass. ``--max_seq_length`` and ``--batch_size`` change the run's length and batch (a length
+above the model's position table is refused); the first line says which it uses and why, the
+last how many records, how fast, what was compiled (compiled programs are kept for the next
+run: ``ZHLM_COMPILATION_CACHE``, see ``zhlm.compilation_cache``) and the share of real tokens.
+``--quiet`` leaves stdout empty. Kept thin: :func:`zhlm.finetune.predict.predict`.
 """
 
 import re
+import sys
 
 from absl import app, flags, logging
 
@@ -33,6 +38,18 @@ _FORMAT = flags.DEFINE_string(
     "format", "", "Input format (default: the input's extension's, else the run's task.format)."
 )
 _TEXT_FIELDS = flags.DEFINE_list("text_fields", [], "Input text columns (names or positions).")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer(
+    "max_seq_length",
+    0,
+    "Tokens an input is cut to, [CLS] and [SEP] included, up to the model's position table "
+    "(0: the fine-tuning run's; a Hugging Face folder's table, 512 at most).",
+)
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", 0, "Inputs computed at once (0: the fine-tuning run's; 32 for a folder)."
+)
+_QUIET = flags.DEFINE_boolean(
+    "quiet", False, "Nothing on stdout: the settings, report and summary lines go to stderr."
+)
 flags.mark_flags_as_required(["workdir", "input", "output"])
 
 
@@ -49,8 +66,20 @@ def main(argv):
     with failures.one_line("zhlm-predict", rerun, own_flags):
         from zhlm.finetune.predict import predict
 
-        n = predict(_WORKDIR.value, _INPUT.value, _OUTPUT.value, _FORMAT.value, _TEXT_FIELDS.value)
-    print(f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record")
+        n = predict(
+            _WORKDIR.value,
+            _INPUT.value,
+            _OUTPUT.value,
+            _FORMAT.value,
+            _TEXT_FIELDS.value,
+            max_seq_length=_MAX_SEQ_LENGTH.value,
+            batch_size=_BATCH_SIZE.value,
+            quiet=_QUIET.value,
+        )
+    print(
+        f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record",
+        file=sys.stderr if _QUIET.value else sys.stdout,
+    )
 
 
 def own_flags(message: str) -> str:

@@ -19,8 +19,13 @@ the input gave one.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterable
 
+from absl import logging
+
+from zhlm.compilation_cache import CompileCount
 from zhlm.errors import UserError
 from zhlm.finetune.readers.base import required_fields
 from zhlm.finetune.task_model import TaskModel
@@ -31,10 +36,17 @@ CHUNK = 1024  # examples featurized at a time, so that a long list needs no more
 class Predictor:
     """A fine-tuned model of ``source`` (a zhlm-finetune workdir, its ``best/`` or a Hugging
     Face task folder such as ``BertForSequenceClassification``'s: ``TaskModel.load``), loaded once;
-    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring)."""
+    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring).
+    ``max_seq_length`` and ``batch_size`` (0: the run's, ``TaskModel.load``) set how long each
+    input is cut and how many are computed at once; the log (absl, INFO) says which it uses and
+    why, and after each call :attr:`summary` what it computed."""
 
-    def __init__(self, source: str, kind: str = ""):
-        self.model = TaskModel.load(source, kind=kind)
+    def __init__(self, source: str, kind: str = "", max_seq_length: int = 0, batch_size: int = 0):
+        self.model = TaskModel.load(
+            source, kind=kind, max_seq_length=max_seq_length, batch_size=batch_size
+        )
+        logging.info("zhlm.Predictor %s: %s", source, self.model.settings)
+        self.summary = ""  # the last prediction's: inputs, examples/s, compiles, real tokens
 
     @property
     def task(self):
@@ -55,8 +67,20 @@ class Predictor:
         records = [self._record(i, x) for i, x in enumerate([inputs] if single else inputs)]
         examples = self.model.kind.reader.examples_from(records, self.task)
         results = []
-        for start in range(0, len(examples), CHUNK):
-            results += self.model.predict(examples[start : start + CHUNK])
+        began, tally = time.perf_counter(), self.model.tally
+        examples_before, real_before, computed_before = dataclasses.astuple(tally)
+        with CompileCount() as compiles:
+            for start in range(0, len(examples), CHUNK):
+                results += self.model.predict(examples[start : start + CHUNK])
+        seconds = time.perf_counter() - began
+        real = tally.real_tokens - real_before
+        computed = max(tally.computed_positions - computed_before, 1)
+        self.summary = (
+            f"{tally.examples - examples_before} inputs in {seconds:.2f} s "
+            f"({(tally.examples - examples_before) / max(seconds, 1e-9):,.0f} examples/s), "
+            f"{compiles.describe()}, real tokens {real / computed:.0%} of the positions computed"
+        )
+        logging.info("zhlm.Predictor: %s", self.summary)
         for record, result in zip(records, results, strict=True):
             if "id" not in record:
                 del result["id"]  # the position, which the caller already knows
@@ -82,7 +106,11 @@ class Predictor:
         return f"kind {self.task.kind} predicts {one} or a dict {{{fields}}}, or a list of them"
 
 
-def pipeline(source: str, kind: str = "") -> Predictor:
+def pipeline(
+    source: str, kind: str = "", max_seq_length: int = 0, batch_size: int = 0
+) -> Predictor:
     """:class:`Predictor` of ``source``, in the spirit of ``transformers.pipeline``; ``kind``
-    picks the task kind of a Hugging Face folder whose class several share (``pair``)."""
-    return Predictor(source, kind)
+    picks the task kind of a Hugging Face folder whose class several share (``pair``);
+    ``max_seq_length`` and ``batch_size`` (0: the fine-tuning run's) how long each input is cut
+    and how many are computed at once."""
+    return Predictor(source, kind, max_seq_length, batch_size)

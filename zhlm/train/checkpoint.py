@@ -126,11 +126,17 @@ def damage(error: Exception) -> str:
     return f"cannot be read ({why})"
 
 
-def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int = 0) -> Loaded:
+def load(
+    source: str,
+    config: ml_collections.ConfigDict | None = None,
+    seed: int = 0,
+    fresh_heads: bool = True,
+) -> Loaded:
     """Parameters from ``source``: a parameter checkpoint, a fine-tuning workdir (its
     ``best/``, task head included), a pretraining workdir or a Hugging Face folder. ``config``
     (optional) is the recipe a Hugging Face model is read for (its heads; dimensions always
-    come from the folder); ``seed`` initialises heads it lacks."""
+    come from the folder); ``seed`` initialises heads it lacks, or without ``fresh_heads``
+    they are left out (``zhlm.convert.read_hf``)."""
     finetuned = run_files.finetuned_params(source)
     if finetuned:
         variables, saved = load_params(finetuned)
@@ -141,7 +147,7 @@ def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int
     else:
         from zhlm import convert
 
-        _, variables, read, report = convert.read_hf(source, config, seed)
+        _, variables, read, report = convert.read_hf(source, config, seed, fresh_heads)
         for line in report.lines():
             logging.info("%s: %s", source, line)
         loaded = Loaded(variables["params"], read, f"Hugging Face folder {source}")
