@@ -23,7 +23,6 @@ import traceback
 import flax.linen as nn
 import jax
 import ml_collections
-import orbax.checkpoint as ocp
 from absl import logging
 
 from zhlm import defaults, paths, run_files
@@ -74,6 +73,8 @@ def save_params(path: str, variables, config: ml_collections.ConfigDict) -> None
     root = run_files.path(path)
     root.mkdir(parents=True, exist_ok=True)
     (root / run_files.CONFIG).write_text(config.to_json(indent=2))
+    import orbax.checkpoint as ocp  # here: a Hugging Face folder is read without orbax
+
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(root / run_files.PARAMS, variables["params"], force=True)
     checkpointer.wait_until_finished()
@@ -104,6 +105,8 @@ def load_params(path: str, remedy: str = REWRITE):
     if vocab.is_file():  # the checkpoint's own copy is its vocabulary, wherever it now lies
         (config.task if "task" in config else config.data).vocab = str(vocab)
     folder = run_files.path(path, run_files.PARAMS)
+    import orbax.checkpoint as ocp
+
     quiet_orbax()  # a failed read would print one traceback per array otherwise
     try:
         params = ocp.StandardCheckpointer().restore(folder)
@@ -197,6 +200,8 @@ def _load_pretraining(folder: str) -> Loaded:
     """The parameters of a pretraining workdir's newest step that reads, restored alone (no
     optimizer). Newer steps that do not read (truncated by a crash) are skipped with a warning,
     as the workdir's own resume skips them; the workdir itself is left as it is."""
+    import orbax.checkpoint as ocp
+
     quiet_orbax()
     config = _read_config(folder)
     abstract = {"params": nn.unbox(abstract_variables(build_model(config)))["params"]}
