@@ -39,7 +39,7 @@ def test_the_test_session_keeps_its_own_cache():
 
 
 def test_a_compile_is_counted_and_a_cache_read_is_not_a_compile():
-    seed = int.from_bytes(os.urandom(4), "little")  # a program no earlier test compiled
+    seed = int.from_bytes(os.urandom(3), "little")  # a program no earlier run compiled (int32)
     with compilation_cache.CompileCount() as count:
         jax.jit(lambda x: x * seed + 1)(np.arange(3.0)).block_until_ready()
     assert (count.compiled, count.cached) == (1, 0)

@@ -174,10 +174,10 @@ def test_a_length_and_batch_asked_for_predict_as_inputs_already_cut(workdirs):
     """A classifier run at 32 tokens asked for 12 (and 2 inputs a batch) predicts what it
     predicts, at its own length, for the inputs cut to 10 tokens ([CLS] and [SEP] make 12)."""
     asked = zhlm.pipeline(workdirs["classification"], max_seq_length=12, batch_size=2)
-    assert asked.model.settings == "length 12 (asked), batch 2 (asked)"
+    assert asked.settings == "length 12 (asked), batch 2 (asked)"
     assert asked.task.max_seq_length == 12
     default = zhlm.pipeline(workdirs["classification"])
-    assert default.model.settings == (
+    assert default.settings == (
         "length 32 (the fine-tuning run's), batch 32 (the fine-tuning run's)"
     )
     results = asked(LONG_REVIEWS)
@@ -209,7 +209,7 @@ def test_a_hugging_face_folder_cut_to_a_length_predicts_as_transformers_truncati
     theirs = transformers.pipeline("text-classification", model=path, device="cpu")
     expected = theirs(LONG_REVIEWS, top_k=None, truncation=True, max_length=16)
     ours = zhlm.pipeline(path, max_seq_length=16, batch_size=2)
-    assert ours.model.settings == "length 16 (asked), batch 2 (asked)"
+    assert ours.settings == "length 16 (asked), batch 2 (asked)"
     for result, scores in zip(ours(LONG_REVIEWS), expected, strict=True):
         want = {s["label"]: s["score"] for s in scores}
         assert result["probabilities"] == pytest.approx(want, abs=1e-4)
@@ -220,7 +220,7 @@ def test_a_hugging_face_folder_cut_to_a_length_predicts_as_transformers_truncati
         want = {s["label"]: s["score"] for s in scores}
         assert record["probabilities"] == pytest.approx(want, abs=1e-4)
     table = zhlm.pipeline(path)
-    assert table.model.settings == "length 40 (the folder's position table), batch 32 (the default)"
+    assert table.settings == "length 40 (the folder's position table), batch 32 (the default)"
     with pytest.raises(ValueError) as refused:
         zhlm.pipeline(path, max_seq_length=41)
     assert str(refused.value) == (

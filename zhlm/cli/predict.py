@@ -42,7 +42,8 @@ _MAX_SEQ_LENGTH = flags.DEFINE_integer(
     "max_seq_length",
     0,
     "Tokens an input is cut to, [CLS] and [SEP] included, up to the model's position table "
-    "(0: the fine-tuning run's; a Hugging Face folder's table, 512 at most).",
+    "(0: the fine-tuning run's, which a zhlm export keeps; else a Hugging Face folder's "
+    "table, 512 at most).",
 )
 _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", 0, "Inputs computed at once (0: the fine-tuning run's; 32 for a folder)."

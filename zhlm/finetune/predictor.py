@@ -49,6 +49,12 @@ class Predictor:
         self.summary = ""  # the last prediction's: inputs, examples/s, compiles, real tokens
 
     @property
+    def settings(self) -> str:
+        """The length and batch it predicts with, and why: ``length 128 (asked), batch 32
+        (the fine-tuning run's)``."""
+        return self.model.settings
+
+    @property
     def task(self):
         """The run's ``config.task``: kind, labels and the featurization options."""
         return self.model.task
