@@ -61,6 +61,9 @@ setuptools.setup(
             "h5py",  # tests/convert/test_formats.py writes tf_model.h5; TF1's has its own env
             "datasets",  # tests/finetune/readers/test_readers.py saves a datasets folder, reads it
         ],
+        # python tools/bench.py predict --peers: ONNX Runtime beside transformers.pipeline
+        # (torch.onnx.export writes the graph with onnx; install torch's CPU build first).
+        "bench": ["onnxruntime", "onnx", "transformers"],
         # Fine-tuning on a folder that datasets' save_to_disk wrote (task.format=datasets).
         "datasets": ["datasets"],
         # zhlm-compile (plan a TPU slice on any machine) and training on Cloud TPU VMs.

@@ -166,6 +166,26 @@ SAMPLES = {
 }
 
 
+# Reviews longer than a few tokens, one token a character: predicting them cut to a length
+# is predicting them already cut (tests/finetune/test_predict.py and test_predictor.py).
+LONG_REVIEWS = [
+    "这家酒店的房间非常干净，服务员的态度也很好，下次还会再来住。",
+    "房间太小了，隔音也差，晚上一直能听到走廊里的声音，不推荐。",
+    "位置不错，离地铁站很近，早餐的品种有点少。",
+]
+
+
+def cut_to_tokens(texts, tokens):
+    """``texts`` cut to their first ``tokens`` tokens (Google's vocabulary; checked: a
+    character a token, as in :data:`LONG_REVIEWS`)."""
+    from zhlm.data.tokenizer import WordPiece, default_vocab
+
+    wordpiece = WordPiece(default_vocab())
+    for text in texts:
+        assert len(wordpiece.encode_batch([text])[0].ids) == len(text), text
+    return [text[:tokens] for text in texts]
+
+
 # ------------------------------------------------------------------ tiny random HF models
 
 # transformers' config keys of the tiny models, unless a test gives its own (Google's vocabulary).

@@ -7,6 +7,9 @@
   python tools/bench.py loader [--recipe macbert] [--seq 128] [--read-ahead 0 4]
   python tools/bench.py tpu [--generations v5litepod v6e] [--runs 0 2] [--no-parts] [--quick]
   python tools/bench.py predict [--lines 2000 200000] [--seq 128]   (tools/bench_predict.py)
+  python tools/bench.py predict --peers [--size tiny] [--lines 1024] [--seq 128] [--batch 32]
+                                 (tools/bench_predict_peers.py: against transformers.pipeline
+                                 and ONNX Runtime, whole process and in memory)
   python tools/bench.py finetune [--tasks chnsenticorp lcqmc msra_ner] [--size tiny]
                                  (tools/bench_finetune.py: zhlm against HF PyTorch fine-tuning)
   python tools/bench.py tokens [--recipes bert ernie] [--seq 128 512] [--corpus FILE]

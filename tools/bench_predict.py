@@ -1,4 +1,5 @@
-"""``python tools/bench.py predict``: zhlm-predict's peak memory and rate at two file sizes.
+"""``python tools/bench.py predict``: zhlm-predict's peak memory and rate at two file sizes
+(``--peers``: against transformers.pipeline and ONNX Runtime, ``tools/bench_predict_peers.py``).
 
 What it shows: whether prediction memory is bounded by the chunk, not by the file. A tiny
 classification model (random weights: what is measured is reading, featurizing, the forward
@@ -41,11 +42,11 @@ def tiny_workdir(path: str, config) -> str:
     return path
 
 
-def classifier_config(seq: int):
-    """The tiny ChnSentiCorp config at ``seq`` tokens."""
+def classifier_config(seq: int, size: str = "tiny"):
+    """The ChnSentiCorp config of a ``size`` model at ``seq`` tokens."""
     from zhlm import config_files
 
-    config = config_files.load(os.path.join(ROOT, "configs", "finetune", "chnsenticorp.py"), "tiny")
+    config = config_files.load(os.path.join(ROOT, "configs", "finetune", "chnsenticorp.py"), size)
     config.task.max_seq_length = seq
     return config
 
@@ -80,6 +81,10 @@ def measure(workdir: str, inputs: str, output: str) -> dict:
 
 
 def run(args):
+    if args.peers:
+        import bench_predict_peers
+
+        return bench_predict_peers.run(args)
     tmp = tempfile.mkdtemp(prefix="zhlm-bench-predict-")
     try:
         workdir = tiny_workdir(os.path.join(tmp, "cs"), classifier_config(args.seq))
@@ -87,7 +92,7 @@ def run(args):
         print("\n| input lines | peak RSS MB | seconds | records/s (end to end) |")
         print("|---|---|---|---|")
         rows = {}
-        for lines in args.lines:
+        for lines in args.lines or (2000, 200000):
             inputs = input_file(os.path.join(tmp, f"in{lines}.tsv"), lines)
             r = rows[lines] = measure(workdir, inputs, os.path.join(tmp, f"out{lines}.jsonl"))
             if r["records"] != lines:
@@ -110,5 +115,16 @@ def run(args):
 
 def add_parser(sub):
     p = sub.add_parser("predict", help="zhlm-predict peak RSS and records/s at two file sizes")
-    p.add_argument("--lines", type=int, nargs="+", default=[2000, 200000], help="input sizes")
+    p.add_argument(
+        "--lines", type=int, nargs="+", help="input sizes (default 2000 200000; --peers: 1024)"
+    )
     p.add_argument("--seq", type=int, default=128, help="the model's max_seq_length")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="against transformers.pipeline and ONNX Runtime (tools/bench_predict_peers.py; "
+        "--lines: its first size, 1024 if not given)",
+    )
+    p.add_argument("--size", default="tiny", help="--peers: the model size")
+    p.add_argument("--batch", type=int, default=32, help="--peers: inputs per batch")
+    p.add_argument("--reps", type=int, default=3, help="--peers: timed rounds (medians)")

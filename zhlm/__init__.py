@@ -44,14 +44,17 @@ def to_hf(model, variables, config, path, vocab: str = ""):
     return convert.to_hf(model, variables, config, path, task, vocab)
 
 
-def pipeline(source: str, kind: str = "", pack: bool = True):
+def pipeline(
+    source: str, kind: str = "", max_seq_length: int = 0, batch_size: int = 0, pack: bool = True
+):
     """A :class:`zhlm.Predictor` of ``source``, a zhlm-finetune workdir, its ``best/`` or a
-    Hugging Face task folder (``kind`` picks among kinds of one class, e.g. ``pair``; ``pack``
-    False: one input a row, not several): ``zhlm.pipeline(workdir)("一段文字")`` (see
-    ``zhlm.finetune.predictor``)."""
+    Hugging Face task folder (``kind`` picks among kinds of one class, e.g. ``pair``), cutting
+    inputs to ``max_seq_length`` tokens and computing ``batch_size`` at once (0: the run's),
+    several inputs a row unless ``pack`` is False:
+    ``zhlm.pipeline(workdir)("一段文字")`` (see ``zhlm.finetune.predictor``)."""
     from zhlm import jax_platform
 
     jax_platform.cpu_unless_an_accelerator_is_here()
     from zhlm.finetune import predictor
 
-    return predictor.pipeline(source, kind, pack)
+    return predictor.pipeline(source, kind, max_seq_length, batch_size, pack)

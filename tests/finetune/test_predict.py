@@ -16,7 +16,7 @@ import sys
 
 import pytest
 from etils import epath
-from helpers import DATA, ROOT, binary_file, binary_lines
+from helpers import DATA, LONG_REVIEWS, ROOT, binary_file, binary_lines, cut_to_tokens
 
 from zhlm import workdir_lock
 from zhlm.errors import UserError
@@ -303,3 +303,67 @@ def test_a_full_disk_keeps_the_complete_records_and_says_how_to_continue(
         "them"
     ]
     assert cli_out.read_bytes() == b""
+
+
+# ------------------------------------------------- length and batch, the summary, a second run
+
+
+def _run(workdir, path, out, *flags):
+    """zhlm-predict in a process of its own (the session's compilation cache, inherited)."""
+    cmd = [sys.executable, "-m", "zhlm.cli.predict", f"--workdir={workdir}"]
+    cmd += [f"--input={path}", f"--output={out}", *flags]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT)
+    )
+
+
+@pytest.mark.slow
+def test_length_and_batch_flags_predict_as_inputs_already_cut_and_a_rerun_compiles_nothing(
+    workdirs, tmp_path
+):
+    """``--max_seq_length=12 --batch_size=2`` on a classifier run at 32 tokens writes what the
+    run's own settings write for the inputs cut to 10 tokens; the first line says the settings
+    and why, the last what was computed. The same command again (another output) reads every
+    program from the compilation cache: nothing compiled; with ``--quiet``, nothing on stdout.
+    A length above the position table is one line, exit 1."""
+    texts = tmp_path / "long.txt"
+    texts.write_text("\n".join(LONG_REVIEWS) + "\n", encoding="utf-8")
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join(cut_to_tokens(LONG_REVIEWS, 10)) + "\n", encoding="utf-8")
+    predict(workdirs["classification"], str(cut), str(tmp_path / "cut.jsonl"))
+    expected = [json.loads(line) for line in open(tmp_path / "cut.jsonl", encoding="utf-8")]
+
+    first = _run(workdirs["classification"], texts, tmp_path / "a.jsonl", *KNOBS)
+    assert first.returncode == 0, first.stderr[-3000:]
+    lines = first.stdout.splitlines()
+    assert lines[0] == "zhlm-predict: length 12 (asked), batch 2 (asked)"
+    assert re.fullmatch(
+        r"zhlm-predict: 3 records in [\d.]+ s \([\d,]+ examples/s\), \d+ programs compiled in "
+        r"[\d.]+ s(, \d+ read from the compilation cache)?, real tokens 75% of the positions "
+        r"computed, packed 2 rows a batch",
+        lines[-2],
+    ), lines
+    records = [json.loads(line) for line in open(tmp_path / "a.jsonl", encoding="utf-8")]
+    assert [r["text"] for r in records] == LONG_REVIEWS
+    assert [r["label"] for r in records] == [r["label"] for r in expected]
+    for ours, theirs in zip(records, expected, strict=True):
+        assert ours["probabilities"] == pytest.approx(theirs["probabilities"], rel=1e-5)
+
+    again = _run(workdirs["classification"], texts, tmp_path / "b.jsonl", *KNOBS, "--quiet")
+    assert again.returncode == 0 and again.stdout == "", again.stderr[-3000:]
+    said = _stderr_lines(again.stderr)
+    assert "zhlm-predict: length 12 (asked), batch 2 (asked)" in said
+    (summary,) = [line for line in said if " records in " in line]
+    assert ", 0 programs compiled in 0.0 s, " in summary, summary
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+
+    refused = _run(workdirs["classification"], texts, tmp_path / "c.jsonl", "--max_seq_length=513")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert _stderr_lines(refused.stderr) == [
+        "zhlm-predict: max_seq_length=513 is above the model's position table (512 rows): give "
+        "512 or less"
+    ]
+    assert not (tmp_path / "c.jsonl").exists()
+
+
+KNOBS = ("--max_seq_length=12", "--batch_size=2")

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import LONG_REVIEWS, cut_to_tokens
 
 import zhlm
 from zhlm.finetune.predict import predict
@@ -20,12 +21,12 @@ PAIRS = [("今天几号", "今天是几号"), ("北京天气怎么样", "上海�
 SENTENCES = ["张三在北京大学读书。", "李四去了上海。"]
 
 
-def _written(workdir, lines, tmp_path, name, fmt=""):
+def _written(workdir, lines, tmp_path, name, fmt="", **settings):
     """zhlm-predict's records for a file of ``lines`` named ``name``."""
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / f"{name}.jsonl"
-    n = predict(workdir, str(path), str(out), fmt)
+    n = predict(workdir, str(path), str(out), fmt, **settings)
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(records) == n
     return records
@@ -189,3 +190,65 @@ def test_packed_and_unpacked_predictions_agree(workdirs, kind):
     assert [r["label"] for r in packed] == [r["label"] for r in unpacked]
     for ours, theirs in zip(packed, unpacked, strict=True):
         assert ours["probabilities"] == pytest.approx(theirs["probabilities"], abs=1e-4)
+
+
+# ---------------------------------------------------------------- length and batch, as asked
+
+
+@pytest.mark.slow
+def test_a_length_and_batch_asked_for_predict_as_inputs_already_cut(workdirs):
+    """A classifier run at 32 tokens asked for 12 (and 2 inputs a batch) predicts what it
+    predicts, at its own length, for the inputs cut to 10 tokens ([CLS] and [SEP] make 12)."""
+    asked = zhlm.pipeline(workdirs["classification"], max_seq_length=12, batch_size=2)
+    assert asked.settings == "length 12 (asked), batch 2 (asked)"
+    assert asked.task.max_seq_length == 12
+    default = zhlm.pipeline(workdirs["classification"])
+    assert default.settings == (
+        "length 32 (the fine-tuning run's), batch 32 (the fine-tuning run's)"
+    )
+    results = asked(LONG_REVIEWS)
+    _same_classes(results, default(cut_to_tokens(LONG_REVIEWS, 10)))
+    assert [r["text"] for r in results] == LONG_REVIEWS  # the inputs as given
+    # 3 rows of 12 real tokens in 2 batches of 2 rows: 36 of 48 positions
+    assert asked.summary.startswith("3 inputs in ") and "real tokens 75% of" in asked.summary
+    with pytest.raises(ValueError, match="max_seq_length=1: give a number of tokens from 2"):
+        zhlm.pipeline(workdirs["classification"], max_seq_length=1)
+
+
+@pytest.mark.slow
+def test_a_hugging_face_folder_cut_to_a_length_predicts_as_transformers_truncating(tmp_path):
+    """``zhlm.pipeline(folder, max_seq_length=N)`` gives ``transformers.pipeline``'s
+    probabilities with ``truncation=True, max_length=N``; its default is the folder's position
+    table, and a length above it is refused in one line."""
+    import shutil
+
+    import transformers
+    from helpers import hf_folder
+
+    from zhlm.data.tokenizer import default_vocab
+
+    names = {0: "negative", 1: "positive"}
+    _, path = hf_folder(
+        tmp_path, "BertForSequenceClassification", id2label=names, max_position_embeddings=40
+    )
+    shutil.copy(default_vocab(), f"{path}/vocab.txt")
+    theirs = transformers.pipeline("text-classification", model=path, device="cpu")
+    expected = theirs(LONG_REVIEWS, top_k=None, truncation=True, max_length=16)
+    ours = zhlm.pipeline(path, max_seq_length=16, batch_size=2)
+    assert ours.settings == "length 16 (asked), batch 2 (asked)"
+    for result, scores in zip(ours(LONG_REVIEWS), expected, strict=True):
+        want = {s["label"]: s["score"] for s in scores}
+        assert result["probabilities"] == pytest.approx(want, abs=1e-4)
+        assert result["label"] == max(want, key=want.get)
+    # zhlm-predict's own function, on a file of the same inputs
+    written = _written(path, LONG_REVIEWS, tmp_path, "long.txt", max_seq_length=16, batch_size=2)
+    for record, scores in zip(written, expected, strict=True):
+        want = {s["label"]: s["score"] for s in scores}
+        assert record["probabilities"] == pytest.approx(want, abs=1e-4)
+    table = zhlm.pipeline(path)
+    assert table.settings == "length 40 (the folder's position table), batch 32 (the default)"
+    with pytest.raises(ValueError) as refused:
+        zhlm.pipeline(path, max_seq_length=41)
+    assert str(refused.value) == (
+        "max_seq_length=41 is above the model's position table (40 rows): give 40 or less"
+    )

@@ -10,16 +10,22 @@ import these modules without becoming a program.
   mapping it afresh (:mod:`zhlm.host_memory`); on a TPU or GPU host malloc is left as it is.
   That setting makes XLA's compilation slower, which a program pays once and a test process
   (mostly compilation) would pay in every test: hence at run time, not at import.
+- Compiled programs: JAX's persistent compilation cache in a per-user folder, so that a second
+  run on the same shapes reads its programs instead of compiling them
+  (:mod:`zhlm.compilation_cache`; ``ZHLM_COMPILATION_CACHE=off`` turns it off, a
+  ``JAX_COMPILATION_CACHE_DIR`` already set is kept).
 """
 
 import os
 
-from zhlm import host_memory, jax_platform
+from zhlm import compilation_cache, host_memory, jax_platform
 
 
 def settle_process(environ=os.environ) -> None:
-    """The platform, then host memory, as the module docstring says. Runs before the program
-    starts JAX's backends: ``M_ARENA_MAX`` binds only threads that have not allocated yet."""
+    """The platform, host memory, then the compilation cache, as the module docstring says.
+    Runs before the program starts JAX's backends: ``M_ARENA_MAX`` binds only threads that
+    have not allocated yet."""
     jax_platform.cpu_unless_an_accelerator_is_here(environ)
     if jax_platform.runs_on_cpu(environ):
         host_memory.reuse_freed_memory()
+    compilation_cache.use_persistent_cache(environ)

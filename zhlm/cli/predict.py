@@ -13,12 +13,17 @@ line; ``.tsv .csv .jsonl .json .parquet``), else the run's; its fields are the r
 ``--text_fields`` names them; no labels are needed. Each output line holds the input and its
 prediction, in input order; run again with the same ``--output``, a stopped run continues
 after its last complete record. An input that gives no record exits non-zero with what to
-pass. Inputs are packed several a row where the model's kind allows (``--nopack``: one a
-row; the predictions are the same up to float rounding). Kept thin:
-:func:`zhlm.finetune.predict.predict`.
+pass. ``--max_seq_length`` and ``--batch_size`` change the run's length and batch (a length
+above the model's position table is refused); the first line says which it uses and why, the
+last how many records, how fast, what was compiled (compiled programs are kept for the next
+run: ``ZHLM_COMPILATION_CACHE``, see ``zhlm.compilation_cache``), the share of real tokens and,
+packed, the rows a batch. Inputs are packed several a row where the model's kind allows
+(``--nopack``: one a row; the predictions are the same up to float rounding). ``--quiet``
+leaves stdout empty. Kept thin: :func:`zhlm.finetune.predict.predict`.
 """
 
 import re
+import sys
 
 from absl import app, flags, logging
 
@@ -35,6 +40,19 @@ _FORMAT = flags.DEFINE_string(
     "format", "", "Input format (default: the input's extension's, else the run's task.format)."
 )
 _TEXT_FIELDS = flags.DEFINE_list("text_fields", [], "Input text columns (names or positions).")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer(
+    "max_seq_length",
+    0,
+    "Tokens an input is cut to, [CLS] and [SEP] included, up to the model's position table "
+    "(0: the fine-tuning run's, which a zhlm export keeps; else a Hugging Face folder's "
+    "table, 512 at most).",
+)
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", 0, "Inputs computed at once (0: the fine-tuning run's; 32 for a folder)."
+)
+_QUIET = flags.DEFINE_boolean(
+    "quiet", False, "Nothing on stdout: the settings, report and summary lines go to stderr."
+)
 _PACK = flags.DEFINE_bool(
     "pack", True, "Several inputs per row, each kept apart (--nopack: one input a row)."
 )
@@ -60,9 +78,15 @@ def main(argv):
             _OUTPUT.value,
             _FORMAT.value,
             _TEXT_FIELDS.value,
+            max_seq_length=_MAX_SEQ_LENGTH.value,
+            batch_size=_BATCH_SIZE.value,
+            quiet=_QUIET.value,
             pack=_PACK.value,
         )
-    print(f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record")
+    print(
+        f"zhlm-predict: {n} predictions in {_OUTPUT.value}, one per input record",
+        file=sys.stderr if _QUIET.value else sys.stdout,
+    )
 
 
 def own_flags(message: str) -> str:

@@ -120,10 +120,16 @@ def _read_safetensors(folder):
     tensors = {}
     for f in _shards(folder, "model.safetensors"):
         try:
-            # The flax reader understands bfloat16/float16 files; numpy's does not.
-            with safetensors.safe_open(f, framework="flax") as st:
-                for key in st.keys():
-                    tensors[key] = _float32(st.get_tensor(key))
+            # numpy's reader, which compiles nothing (the flax one compiles a program a shape),
+            # except for bfloat16, which numpy lacks and the flax reader understands.
+            with safetensors.safe_open(f, framework="np") as st:
+                keys = list(st.keys())
+                wide = [key for key in keys if st.get_slice(key).get_dtype() != "BF16"]
+                tensors.update({key: _float32(st.get_tensor(key)) for key in wide})
+            if len(wide) < len(keys):
+                with safetensors.safe_open(f, framework="flax") as st:
+                    for key in st.keys():
+                        tensors.setdefault(key, _float32(st.get_tensor(key)))
         except (OSError, safetensors.SafetensorError) as e:
             raise ConversionError(f"{f}: unreadable ({e})") from None
     return Source(_hf_config(folder), tensors, "safetensors")

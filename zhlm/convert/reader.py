@@ -109,13 +109,15 @@ def _normalise(tensors, family):
     return out
 
 
-def read_hf(path, config=None, seed=0):
+def read_hf(path, config=None, seed=0, fresh_heads=True):
     """``(model, variables, config, report)`` from a Hugging Face folder.
 
     ``config`` (optional) supplies the recipe (heads, dtype, masking, ...); the model's
     dimensions always come from the folder. Heads missing from the folder are initialised fresh
-    with ``seed`` and listed in the report; a missing encoder tensor or any shape mismatch
-    raises ``ConversionError`` naming every offending tensor.
+    with ``seed`` and listed in the report, or, without ``fresh_heads``, left out of the tree
+    (a caller that uses none of them, such as prediction, then compiles no initialiser); a
+    missing encoder tensor or any shape mismatch raises ``ConversionError`` naming every
+    offending tensor.
     """
     source = formats.read_source(path)
     family = _family(source.hf_config, path)
@@ -128,8 +130,11 @@ def read_hf(path, config=None, seed=0):
         config.data.vocab, config.data.tokenizer = source.vocab, "wordpiece"
     cfg = model.config
     tensors = _normalise(source.tensors, family)
-    fresh = nn.unbox(init_variables(model, jax.random.key(seed)))["params"]
-    flat = {k: np.array(v) for k, v in traverse.flatten_dict(fresh, sep="/").items()}
+    # Shapes first: every tensor the folder has overwrites its zeros; only missing heads need
+    # the initialiser, a program that takes seconds to compile.
+    shapes = jax.eval_shape(lambda: nn.unbox(init_variables(model, jax.random.key(seed))))
+    shapes = traverse.flatten_dict(shapes["params"], sep="/")
+    flat = {k: np.zeros(v.shape, v.dtype) for k, v in shapes.items()}
     flat = fit_vocab(flat, dataclasses.replace(cfg, vocab_multiple=1))  # HF's rows, no padding
     errors, missing = [], {}
 
@@ -163,8 +168,16 @@ def read_hf(path, config=None, seed=0):
             "are whole and of the model its config.json describes"
         )
     heads = _task_heads(tensors)
+    fresh = [p for head in missing for p in flat if p.startswith(_HEAD_PATHS[head])]
+    if fresh and fresh_heads:
+        initialised = nn.unbox(init_variables(model, jax.random.key(seed)))["params"]
+        initialised = traverse.flatten_dict(initialised, sep="/")
+        initialised = fit_vocab(initialised, dataclasses.replace(cfg, vocab_multiple=1))
+        flat.update({p: np.array(initialised[p]) for p in fresh})
+    elif fresh:
+        flat = {k: v for k, v in flat.items() if k not in fresh}
     report = Report(
-        fresh=[p for head in missing for p in flat if p.startswith(_HEAD_PATHS[head])],
+        fresh=fresh,
         unused=sorted(k for k in tensors if not k.endswith("position_ids")),
         task_heads=heads,
         format=source.format,
@@ -173,7 +186,8 @@ def read_hf(path, config=None, seed=0):
     )
     flat = fit_vocab(flat, cfg)  # the padding rows back, as zeros
     params = traverse.unflatten_dict({tuple(k.split("/")): v for k, v in flat.items()})
-    variables = {"params": jax.tree_util.tree_map(jax.numpy.asarray, params)}
+    # device_put, not jnp.asarray: that compiles a program for every shape (jax.lax.stage)
+    variables = {"params": jax.device_put(params)}
     return model, variables, config, report
 
 

@@ -260,6 +260,14 @@ def run(forward: Callable, arrays: dict, batch_size: int, readout: str, multiple
     return outputs
 
 
+def computed_positions(arrays: dict, batch_size: int, multiple: int = 1) -> tuple[int, int]:
+    """``(positions, rows)``: the token positions :func:`run` computes for ``arrays`` (empty
+    rows of the last batch included) and its rows a batch."""
+    layout = Layout.of(batching.row_lengths(arrays), arrays["input_ids"].shape[-1])
+    rows = forward_rows(batch_size, layout, multiple)
+    return -(-layout.num_rows // rows) * rows * layout.max_seq_length, rows
+
+
 def forward_all(kind, task, forward: Callable, arrays: dict, batch_size: int, multiple: int = 1):
     """Outputs of ``forward(batch)`` for every row of ``arrays``, in input order: packed
     (:func:`run`) where :func:`packs`, else in length buckets (:func:`batching.run` over

@@ -48,9 +48,12 @@ import itertools
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 
 from zhlm import paths, workdir_lock
+from zhlm.compilation_cache import CompileCount
 from zhlm.errors import UserError
 from zhlm.finetune import task_files
 from zhlm.finetune.task_model import TaskModel
@@ -68,17 +71,50 @@ EXTENSIONS = {
 
 
 def predict(
-    source: str, input_file: str, output: str, fmt: str = "", text_fields=(), pack: bool = True
+    source: str,
+    input_file: str,
+    output: str,
+    fmt: str = "",
+    text_fields=(),
+    max_seq_length: int = 0,
+    batch_size: int = 0,
+    quiet: bool = False,
+    pack: bool = True,
 ) -> int:
     """Writes predictions for ``input_file`` to ``output`` (JSON lines) with the model of
     ``source`` (a fine-tuning workdir, or its ``best/``), reading it as ``fmt`` (empty: see
-    :func:`input_format`); returns how many the output holds, one per input record. ``pack``
-    False computes one example a row (``TaskModel.load``). The output is locked first, so a
-    second run on it stops at once, before loading its model."""
-    with workdir_lock.hold_output(output, "zhlm-predict"):
-        model = TaskModel.load(source, text_fields=text_fields, pack=pack)
+    :func:`input_format`), each input cut to ``max_seq_length`` tokens and computed
+    ``batch_size`` at a time (0: the run's), several a row unless ``pack`` is False
+    (``TaskModel.load``); returns how many the output holds, one per input record. The output
+    is locked first, so a second run on it stops at once, before loading its model. Says the
+    length and batch it uses and why, and ends with :func:`summary`; on stdout, or stderr when
+    ``quiet``."""
+    with workdir_lock.hold_output(output, "zhlm-predict"), CompileCount() as compiles:
+        model = TaskModel.load(
+            source,
+            text_fields=text_fields,
+            max_seq_length=max_seq_length,
+            batch_size=batch_size,
+            pack=pack,
+        )
         model.task.format = input_format(model.kind, model.task, input_file, fmt)
-        return _predict_file(model, input_file, output)
+        _say(f"zhlm-predict: {model.settings}", quiet)
+        began = time.perf_counter()
+        count = _predict_file(model, input_file, output, quiet=quiet)
+        _say(summary(model.tally, time.perf_counter() - began, compiles), quiet)
+        return count
+
+
+def summary(tally, seconds: float, compiles: CompileCount) -> str:
+    """The line that ends a prediction: records, examples per second (compiling included),
+    what was compiled, the share of the computed token positions that held real tokens and,
+    packed, the rows a batch (``TaskModel.tally``)."""
+    return f"zhlm-predict: {tally.describe('records', seconds, compiles)}"
+
+
+def _say(text: str, quiet: bool = False) -> None:
+    """A line for the user: on stdout, or on stderr when ``quiet`` (stdout left to pipes)."""
+    print(text, file=sys.stderr if quiet else sys.stdout, flush=True)
 
 
 def input_format(kind, task, path: str, fmt: str = "") -> str:
@@ -94,16 +130,20 @@ def input_format(kind, task, path: str, fmt: str = "") -> str:
     return task.format if task.format in fits or not fits else fits[0]
 
 
-def predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CHUNK) -> int:
+def predict_file(
+    model: TaskModel, input_file: str, output: str, chunk: int = CHUNK, quiet: bool = False
+) -> int:
     """``model``'s records for every record of ``input_file``, appended to ``output`` a chunk
     at a time after those a stopped run left there (see the module docstring); returns how
     many the output holds. An input that gives no record is an error. One writer at a time:
     the output is locked (:func:`zhlm.workdir_lock.hold_output`) while it is written."""
     with workdir_lock.hold_output(output, "zhlm-predict"):
-        return _predict_file(model, input_file, output, chunk)
+        return _predict_file(model, input_file, output, chunk, quiet)
 
 
-def _predict_file(model: TaskModel, input_file: str, output: str, chunk: int = CHUNK) -> int:
+def _predict_file(
+    model: TaskModel, input_file: str, output: str, chunk: int = CHUNK, quiet: bool = False
+) -> int:
     from tqdm import tqdm
 
     examples, report = task_files.stream_file(model.kind, model.task, input_file, False)
@@ -117,22 +157,22 @@ def _predict_file(model: TaskModel, input_file: str, output: str, chunk: int = C
             raise _cannot_write(output, e, done.count) from e
     if done.count:
         cut = " (its unfinished last line dropped)" if done.partial else ""
-        print(f"zhlm-predict: continuing after {done.count} records already in {output}{cut}")
+        _say(f"zhlm-predict: continuing after {done.count} records already in {output}{cut}", quiet)
     written = done.count
     with _Appender(output, done.count) as out, tqdm(unit="input", desc="zhlm-predict") as bar:
         for examples_chunk in _chunks(examples, chunk):
-            _check_readable(model, input_file, report)
+            _check_readable(model, input_file, report, quiet)
             records = model.predict(examples_chunk)
             out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
             written += len(records)
             bar.update(len(records))
-    print(report.summary(), flush=True)
+    _say(report.summary(), quiet)
     if not written:
         raise task_files.no_records(model.kind, model.task, input_file, report)
     return written
 
 
-def _check_readable(model: TaskModel, input_file: str, report) -> None:
+def _check_readable(model: TaskModel, input_file: str, report, quiet: bool = False) -> None:
     """Training's rule for the input read so far (``task_files.check_readable``), asked before
     each chunk is written: an input that is mostly unreadable from its start (another format,
     a binary file) is refused before any prediction is written; one that turns so later stops
@@ -140,7 +180,7 @@ def _check_readable(model: TaskModel, input_file: str, report) -> None:
     try:
         task_files.check_readable(model.kind, model.task, input_file, report)
     except UserError:
-        print(report.summary(), flush=True)
+        _say(report.summary(), quiet)
         raise
 
 

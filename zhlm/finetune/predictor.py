@@ -19,8 +19,13 @@ the input gave one.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterable
 
+from absl import logging
+
+from zhlm.compilation_cache import CompileCount
 from zhlm.errors import UserError
 from zhlm.finetune.readers.base import required_fields
 from zhlm.finetune.task_model import TaskModel
@@ -31,12 +36,32 @@ CHUNK = 1024  # examples featurized at a time, so that a long list needs no more
 class Predictor:
     """A fine-tuned model of ``source`` (a zhlm-finetune workdir, its ``best/`` or a Hugging
     Face task folder such as ``BertForSequenceClassification``'s: ``TaskModel.load``), loaded once;
-    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring);
-    ``pack=False`` computes one example a row (length buckets) instead of several
-    (:mod:`zhlm.finetune.packing`), for the same results up to float rounding."""
+    ``predictor(inputs)`` or ``predictor.predict(inputs)`` predicts (see the module docstring).
+    ``max_seq_length`` and ``batch_size`` (0: the run's, ``TaskModel.load``) set how long each
+    input is cut and how many are computed at once; the log (absl, INFO) says which it uses and
+    why, and after each call :attr:`summary` what it computed. ``pack=False`` computes one
+    example a row (length buckets) instead of several (:mod:`zhlm.finetune.packing`), for the
+    same results up to float rounding."""
 
-    def __init__(self, source: str, kind: str = "", pack: bool = True):
-        self.model = TaskModel.load(source, kind=kind, pack=pack)
+    def __init__(
+        self,
+        source: str,
+        kind: str = "",
+        max_seq_length: int = 0,
+        batch_size: int = 0,
+        pack: bool = True,
+    ):
+        self.model = TaskModel.load(
+            source, kind=kind, max_seq_length=max_seq_length, batch_size=batch_size, pack=pack
+        )
+        logging.info("zhlm.Predictor %s: %s", source, self.model.settings)
+        self.summary = ""  # the last prediction's: inputs, examples/s, compiles, real tokens
+
+    @property
+    def settings(self) -> str:
+        """The length and batch it predicts with, and why: ``length 128 (asked), batch 32
+        (the fine-tuning run's)``."""
+        return self.model.settings
 
     @property
     def task(self):
@@ -57,8 +82,13 @@ class Predictor:
         records = [self._record(i, x) for i, x in enumerate([inputs] if single else inputs)]
         examples = self.model.kind.reader.examples_from(records, self.task)
         results = []
-        for start in range(0, len(examples), CHUNK):
-            results += self.model.predict(examples[start : start + CHUNK])
+        began, before = time.perf_counter(), dataclasses.replace(self.model.tally)
+        with CompileCount() as compiles:
+            for start in range(0, len(examples), CHUNK):
+                results += self.model.predict(examples[start : start + CHUNK])
+        seconds = time.perf_counter() - began
+        self.summary = self.model.tally.since(before).describe("inputs", seconds, compiles)
+        logging.info("zhlm.Predictor: %s", self.summary)
         for record, result in zip(records, results, strict=True):
             if "id" not in record:
                 del result["id"]  # the position, which the caller already knows
@@ -84,8 +114,10 @@ class Predictor:
         return f"kind {self.task.kind} predicts {one} or a dict {{{fields}}}, or a list of them"
 
 
-def pipeline(source: str, kind: str = "", pack: bool = True) -> Predictor:
+def pipeline(
+    source: str, kind: str = "", max_seq_length: int = 0, batch_size: int = 0, pack: bool = True
+) -> Predictor:
     """:class:`Predictor` of ``source``, in the spirit of ``transformers.pipeline``; ``kind``
     picks the task kind of a Hugging Face folder whose class several share (``pair``);
-    ``pack`` as :class:`Predictor`'s."""
-    return Predictor(source, kind, pack)
+    ``max_seq_length``, ``batch_size`` and ``pack`` as :class:`Predictor`'s."""
+    return Predictor(source, kind, max_seq_length, batch_size, pack)

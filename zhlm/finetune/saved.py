@@ -29,6 +29,14 @@ def init_params(model: nn.Module, rng, inputs):
     return nn.unbox(jax.jit(model.init)(rng, *zeros))["params"]
 
 
+def param_shapes(model: nn.Module, inputs):
+    """The parameters :func:`init_params` would give, as shapes and dtypes: nothing is
+    computed or compiled."""
+    zeros = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
+    shapes = jax.eval_shape(lambda *x: model.init(jax.random.key(0), *x), *zeros)
+    return nn.unbox(shapes)["params"]
+
+
 def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:
     """``fresh`` with the :data:`ENCODER_PARTS` (and the task ``head``, if the init has one of
     the right shape) replaced by ``pretrained``; returns the tree and the names left fresh. Any
@@ -48,9 +56,17 @@ def merge(fresh: dict, pretrained: dict, head: str) -> tuple[dict, list[str]]:
                 f"pretrained parameters do not fit the model: {', '.join(mismatch)}; give an "
                 "--init of the same architecture, or none to start from random weights"
             )
-        out[part] = traverse.unflatten_dict({k: jnp.asarray(old[k], new[k].dtype) for k in new})
+        out[part] = traverse.unflatten_dict({k: _as(old[k], new[k].dtype) for k in new})
     left_fresh = [part for part in out if out[part] is fresh[part]]
     return out, left_fresh
+
+
+def _as(x, dtype) -> jax.Array:
+    """``x`` on the device as ``dtype``, compiling nothing where it already is one (unlike
+    ``jnp.asarray``, which compiles a program a shape for a host array)."""
+    if x.dtype != dtype:
+        x = x.astype(dtype)
+    return x if isinstance(x, jax.Array) else jax.device_put(x)
 
 
 def save_finetuned(path, params, config) -> str:

@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 
 from zhlm.errors import UserError
-from zhlm.models import flash
 
 # Sharding constraints on activations. Besides steering layouts, they are needed for
 # correctness: without them on the heads' inputs and logits, XLA picked a layout for the tied
@@ -325,6 +324,10 @@ def attention_flash(q, k, v, mask, rate: float, rng):
         keep = nn.with_logical_constraint(keep, ("batch", "heads", None, None))
     else:
         rate = 0.0
+    # Imported here: Pallas' TPU lowering takes about half a second to import, which every
+    # program on the CPU (the xla core) would pay for nothing.
+    from zhlm.models import flash
+
     return flash.sharded(q, k, v, mask, keep, rate)
 
 

@@ -23,7 +23,6 @@ import traceback
 import flax.linen as nn
 import jax
 import ml_collections
-import orbax.checkpoint as ocp
 from absl import logging
 
 from zhlm import defaults, paths, run_files
@@ -74,6 +73,8 @@ def save_params(path: str, variables, config: ml_collections.ConfigDict) -> None
     root = run_files.path(path)
     root.mkdir(parents=True, exist_ok=True)
     (root / run_files.CONFIG).write_text(config.to_json(indent=2))
+    import orbax.checkpoint as ocp  # here: a Hugging Face folder is read without orbax
+
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(root / run_files.PARAMS, variables["params"], force=True)
     checkpointer.wait_until_finished()
@@ -104,6 +105,8 @@ def load_params(path: str, remedy: str = REWRITE):
     if vocab.is_file():  # the checkpoint's own copy is its vocabulary, wherever it now lies
         (config.task if "task" in config else config.data).vocab = str(vocab)
     folder = run_files.path(path, run_files.PARAMS)
+    import orbax.checkpoint as ocp
+
     quiet_orbax()  # a failed read would print one traceback per array otherwise
     try:
         params = ocp.StandardCheckpointer().restore(folder)
@@ -126,11 +129,17 @@ def damage(error: Exception) -> str:
     return f"cannot be read ({why})"
 
 
-def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int = 0) -> Loaded:
+def load(
+    source: str,
+    config: ml_collections.ConfigDict | None = None,
+    seed: int = 0,
+    fresh_heads: bool = True,
+) -> Loaded:
     """Parameters from ``source``: a parameter checkpoint, a fine-tuning workdir (its
     ``best/``, task head included), a pretraining workdir or a Hugging Face folder. ``config``
     (optional) is the recipe a Hugging Face model is read for (its heads; dimensions always
-    come from the folder); ``seed`` initialises heads it lacks."""
+    come from the folder); ``seed`` initialises heads it lacks, or without ``fresh_heads``
+    they are left out (``zhlm.convert.read_hf``)."""
     finetuned = run_files.finetuned_params(source)
     if finetuned:
         variables, saved = load_params(finetuned)
@@ -141,7 +150,7 @@ def load(source: str, config: ml_collections.ConfigDict | None = None, seed: int
     else:
         from zhlm import convert
 
-        _, variables, read, report = convert.read_hf(source, config, seed)
+        _, variables, read, report = convert.read_hf(source, config, seed, fresh_heads)
         for line in report.lines():
             logging.info("%s: %s", source, line)
         loaded = Loaded(variables["params"], read, f"Hugging Face folder {source}")
@@ -191,6 +200,8 @@ def _load_pretraining(folder: str) -> Loaded:
     """The parameters of a pretraining workdir's newest step that reads, restored alone (no
     optimizer). Newer steps that do not read (truncated by a crash) are skipped with a warning,
     as the workdir's own resume skips them; the workdir itself is left as it is."""
+    import orbax.checkpoint as ocp
+
     quiet_orbax()
     config = _read_config(folder)
     abstract = {"params": nn.unbox(abstract_variables(build_model(config)))["params"]}

@@ -205,6 +205,15 @@ def _plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+def softmax(logits, axis: int = -1) -> np.ndarray:
+    """The softmax of host ``logits`` in NumPy (float32 as the model computes): a record's
+    probabilities, computed where they are, not in a program compiled for every new number
+    of rows."""
+    logits = np.asarray(logits, np.float32)
+    e = np.exp(logits - logits.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
 def entropy(labels: np.ndarray) -> float:
     """Entropy of the label ids ``labels >= 0`` (any shape)."""
     counts = np.bincount(labels[labels >= 0].ravel())

@@ -24,13 +24,12 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from zhlm.convert import layout
 from zhlm.errors import UserError
-from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy, entropy
+from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy, entropy, softmax
 from zhlm.finetune.kinds.windows import special_ids, truncate_pair
 from zhlm.finetune.metrics.classes import class_scores
 from zhlm.finetune.readers import sniff
@@ -144,7 +143,7 @@ class Classification(TaskKind):
         return {"loss": entropy(arrays["label"]), "majority_rate": rate}
 
     def records(self, examples, predictions, task):
-        probs = np.asarray(jax.nn.softmax(predictions, -1))
+        probs = softmax(predictions, -1)
         return [
             dict(
                 id=e.guid,

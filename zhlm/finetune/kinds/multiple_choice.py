@@ -28,7 +28,7 @@ import numpy as np
 
 from zhlm.convert import layout
 from zhlm.errors import UserError
-from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy
+from zhlm.finetune.kinds.base import Export, Features, TaskKind, cross_entropy, softmax
 from zhlm.finetune.kinds.windows import special_ids, truncate_pair
 from zhlm.finetune.readers.base import Reader
 from zhlm.finetune.readers.choices import ChoiceReader
@@ -131,7 +131,7 @@ class MultipleChoice(TaskKind):
     def records(self, examples, predictions, task):
         records = []
         for e, logits in zip(examples, predictions, strict=True):
-            probs = np.asarray(jax.nn.softmax(logits[: len(e.options)]))
+            probs = softmax(logits[: len(e.options)])
             best = int(np.argmax(probs))
             records.append(
                 dict(id=e.guid, answer=e.options[best], option=best, probabilities=probs.tolist())
