@@ -44,7 +44,7 @@ def test_a_compile_is_counted_and_a_cache_read_is_not_a_compile():
         jax.jit(lambda x: x * seed + 1)(np.arange(3.0)).block_until_ready()
     assert (count.compiled, count.cached) == (1, 0)
     assert count.compile_seconds > 0
-    assert count.describe().startswith("1 programs compiled in ")
+    assert count.describe().startswith("1 program compiled in ")
     jax.clear_caches()  # the in-memory one: the next call asks the persistent cache
     with compilation_cache.CompileCount() as again:
         jax.jit(lambda x: x * seed + 1)(np.arange(3.0)).block_until_ready()

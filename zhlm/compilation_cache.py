@@ -109,5 +109,6 @@ class CompileCount:
 
     def describe(self) -> str:
         """``2 programs compiled in 3.1 s, 1 read from the compilation cache``."""
-        text = f"{self.compiled} programs compiled in {self.compile_seconds:.1f} s"
+        programs = "program" if self.compiled == 1 else "programs"
+        text = f"{self.compiled} {programs} compiled in {self.compile_seconds:.1f} s"
         return text + (f", {self.cached} read from the compilation cache" if self.cached else "")
