@@ -447,3 +447,29 @@ class FakeEvents:
 
     def close(self):
         pass
+
+
+def run_seed_twice(config, kind, data, trainer, tmp_path) -> list[dict]:
+    """Seed 0 of a fine-tuning run (``zhlm.finetune.train._run``) twice from nothing, each with
+    its own progress folder and one metrics writer: the two results, to compare."""
+    from zhlm import workdir_lock
+    from zhlm.finetune import train as train_lib
+    from zhlm.finetune.progress import Progress
+    from zhlm.train import metrics as metrics_lib
+
+    writer = metrics_lib.Writer(str(tmp_path))
+    try:
+        return [
+            train_lib._run(
+                0,
+                config,
+                kind,
+                data,
+                trainer,
+                None,
+                (writer, Progress(str(tmp_path / w), config, None), workdir_lock.Held(w, None)),
+            )
+            for w in ("first", "second")
+        ]
+    finally:
+        writer.close()

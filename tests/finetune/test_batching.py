@@ -9,14 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import SAMPLES, read_task
+from helpers import SAMPLES, read_task, run_seed_twice
 
-from zhlm import defaults, workdir_lock
+from zhlm import defaults
 from zhlm.finetune import batching, kinds, saved
 from zhlm.finetune import train as train_lib
-from zhlm.finetune.progress import Progress
 from zhlm.models import model_config
-from zhlm.train import metrics as metrics_lib
 
 
 def _arrays(lengths, width=128, options=None):
@@ -171,22 +169,7 @@ def test_a_seeded_run_repeats_and_compiles_once_per_bucket(tmp_path, tokenizer):
     assert data.train_batches.programs == 2  # rows of 32 and of 64 tokens
     steps = config.train.epochs * data.train_batches.num_batches(4)
     trainer = train_lib.task_trainer(config, kind, steps)
-    writer = metrics_lib.Writer(str(tmp_path))
-    try:
-        runs = [
-            train_lib._run(
-                0,
-                config,
-                kind,
-                data,
-                trainer,
-                None,
-                (writer, Progress(str(tmp_path / w), config, None), workdir_lock.Held(w, None)),
-            )
-            for w in ("first", "second")
-        ]
-    finally:
-        writer.close()
+    runs = run_seed_twice(config, kind, data, trainer, tmp_path)
     assert runs[0]["history"] == runs[1]["history"]  # every epoch's loss and dev metrics
     for a, b in zip(
         jax.tree.leaves(runs[0]["params"]), jax.tree.leaves(runs[1]["params"]), strict=True

@@ -158,12 +158,9 @@ def test_every_epoch_packs_every_example_once_into_steps_of_one_shape():
 
 @pytest.mark.slow
 def test_a_packed_run_compiles_one_program_and_repeats(tmp_path, tokenizer):
-    from helpers import SAMPLES
+    from helpers import SAMPLES, run_seed_twice
 
-    from zhlm import workdir_lock
     from zhlm.finetune import train as train_lib
-    from zhlm.finetune.progress import Progress
-    from zhlm.train import metrics as metrics_lib
 
     fmt, write, _ = SAMPLES["pair"]
     path = str(write(tmp_path))
@@ -175,22 +172,7 @@ def test_a_packed_run_compiles_one_program_and_repeats(tmp_path, tokenizer):
     assert isinstance(data.train_batches, packing.Epochs)
     steps = config.train.epochs * data.train_batches.num_batches(8)
     trainer = train_lib.task_trainer(config, kind, steps)
-    writer = metrics_lib.Writer(str(tmp_path))
-    try:
-        runs = [
-            train_lib._run(
-                0,
-                config,
-                kind,
-                data,
-                trainer,
-                None,
-                (writer, Progress(str(tmp_path / w), config, None), workdir_lock.Held(w, None)),
-            )
-            for w in ("first", "second")
-        ]
-    finally:
-        writer.close()
+    runs = run_seed_twice(config, kind, data, trainer, tmp_path)
     assert runs[0]["history"] == runs[1]["history"]
     assert all(np.isfinite(r["train_loss"]) for r in runs[0]["history"])
     assert trainer.step_fn._cache_size() == 1 and trainer.forward_fn._cache_size() == 1
